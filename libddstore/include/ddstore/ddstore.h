@@ -1,0 +1,332 @@
+/*
+ * libddstore: a distributed in-memory data store for data-parallel training.
+ *
+ * Each MPI rank holds a shard of every variable in memory; any rank of the
+ * store's group (and, with method 2, a process of another job) reads any row
+ * by one-sided remote memory access.
+ *
+ * Conventions (apply to every function below unless its comment says
+ * otherwise):
+ *  - Fallible calls return int: DDS_OK (0) on success or a negative DDS_E*
+ *    code. dds_last_error() then holds a message with detail for the calling
+ *    thread; dds_strerror() gives the static text of a code.
+ *  - Out-parameters come first. An object obtained through `T **out` is owned
+ *    by the caller and given back with its matching free/close, which accepts
+ *    NULL.
+ *  - Options and info structs start with a `size` field (set it to
+ *    sizeof(struct), or call the matching *_init()); they only grow at the end.
+ *  - "Collective" means every rank of the communicator passed to dds_create()
+ *    calls the function, in the same order relative to the other collective
+ *    calls. A collective call that fails on one rank fails on every rank with
+ *    DDS_EPEER (or the local code on the rank that failed), so a bad argument
+ *    never leaves ranks waiting for each other.
+ *  - "Group-collective" means every rank of the caller's group (see width)
+ *    calls it the same number of times, from one thread at a time.
+ *  - Thread safety: functions documented as thread-safe may be called from
+ *    several threads on the same store at once (the MPI library must then be
+ *    initialised with MPI_THREAD_MULTIPLE for method 0). Others need external
+ *    serialisation per store.
+ *  - Row indices and counts are int64_t; a row is `row_bytes` opaque bytes.
+ *  - MPI communicators cross this ABI as Fortran handles (MPI_Comm_c2f(),
+ *    or comm.py2f() in mpi4py), so callers need no MPI types. The library
+ *    never calls MPI_Init or MPI_Finalize: MPI must be initialised before
+ *    dds_create() and every store must be freed before MPI_Finalize.
+ */
+#ifndef DDSTORE_DDSTORE_H
+#define DDSTORE_DDSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddstore/ddstore_export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ABI major version: bumped on any incompatible change; the shared library's
+ * soname carries it (libddstore.so.DDS_ABI_MAJOR). */
+#define DDS_ABI_MAJOR 1
+
+/* Longest variable name in bytes, not counting the terminating NUL. */
+#define DDS_NAME_MAX 255
+
+/* Error codes. Values are stable across releases: never renumbered, only
+ * appended. */
+enum dds_error {
+    DDS_OK = 0,
+    DDS_EINVAL = -1,     /* invalid argument (NULL pointer, bad name, bad size) */
+    DDS_ENOMEM = -2,     /* out of memory */
+    DDS_ENOENT = -3,     /* unknown variable */
+    DDS_EEXIST = -4,     /* variable name already used */
+    DDS_ERANGE = -5,     /* rows out of range */
+    DDS_EMPI = -6,       /* an MPI call failed (message holds MPI's text) */
+    DDS_EFABRIC = -7,    /* a libfabric call failed (message holds its text) */
+    DDS_ENOTSUP = -8,    /* method/provider/feature not available in this build or here */
+    DDS_ESTATE = -9,     /* call not valid in the store's current state (freed, ...) */
+    DDS_EPEER = -10,     /* a collective call failed on another rank */
+    DDS_ETIMEDOUT = -11, /* waited too long (handshake, remote peer) */
+    DDS_EIO = -12,       /* file system error (handshake directory) */
+    DDS_EPROTO = -13,    /* corrupt, truncated or foreign handshake data */
+    DDS_EOVERFLOW = -14, /* a size does not fit (rows x row_bytes beyond 2^63) */
+    DDS_EMISMATCH = -15  /* ranks disagree on a value that must agree */
+};
+
+/* Store methods. */
+enum dds_method {
+    DDS_METHOD_DEFAULT = -1, /* DDSTORE_METHOD from the environment, else 0 */
+    DDS_METHOD_MPI = 0,      /* MPI one-sided (RMA) */
+    DDS_METHOD_FABRIC = 1,   /* libfabric fi_read, addresses exchanged over MPI */
+    DDS_METHOD_FILE = 2      /* libfabric fi_read, file handshake; readers from other jobs */
+};
+
+/* Dtype tags. The library moves bytes and never interprets a tag; it stores
+ * it and checks that all ranks agree on it. Values are stable. */
+enum dds_dtype {
+    DDS_DTYPE_BYTES = 0,
+    DDS_DTYPE_BOOL = 1,
+    DDS_DTYPE_UINT8 = 2,
+    DDS_DTYPE_INT8 = 3,
+    DDS_DTYPE_INT16 = 4,
+    DDS_DTYPE_UINT16 = 5,
+    DDS_DTYPE_INT32 = 6,
+    DDS_DTYPE_UINT32 = 7,
+    DDS_DTYPE_INT64 = 8,
+    DDS_DTYPE_UINT64 = 9,
+    DDS_DTYPE_FLOAT16 = 10,
+    DDS_DTYPE_FLOAT32 = 11,
+    DDS_DTYPE_FLOAT64 = 12,
+    DDS_DTYPE_BFLOAT16 = 13
+};
+
+/* Opaque store handle. */
+typedef struct dds_store dds_store;
+
+/* Options for dds_create(). Initialise with dds_options_init(). */
+typedef struct dds_options {
+    uint32_t size;             /* sizeof(dds_options) */
+    int32_t method;            /* enum dds_method; DDS_METHOD_DEFAULT by default */
+    int32_t width;             /* ranks per group; 0 (default): the whole communicator */
+    const char *fabric;        /* libfabric provider; NULL: DDSTORE_FABRIC, else automatic */
+    const char *handshake_dir; /* method 2; NULL: DDSTORE_HANDSHAKE_DIR, else ./ddstore_hs */
+} dds_options;
+
+/* Store description, filled by dds_store_info(). */
+typedef struct dds_store_info {
+    uint32_t size;        /* sizeof(dds_store_info), set by the caller */
+    int32_t method;       /* the method in use (never DDS_METHOD_DEFAULT) */
+    int32_t rank;         /* rank in the communicator given to dds_create(); -1 for a reader */
+    int32_t comm_size;    /* its size; 0 for a reader */
+    int32_t group_rank;   /* rank within the group; -1 for a reader */
+    int32_t group_size;   /* ranks in the group (the core ranks for a reader) */
+    int32_t group_index;  /* which group (rank / width); -1 for a reader */
+    int32_t n_groups;     /* comm_size / width; 0 for a reader */
+    int32_t is_reader;    /* 1 for a store from dds_join() */
+    int32_t node_local;   /* 1 when every rank of the group shares one node (reads are memory copies) */
+} dds_store_info;
+
+/* Variable description, filled by dds_query(). */
+typedef struct dds_var_info {
+    uint32_t size;        /* sizeof(dds_var_info), set by the caller */
+    uint32_t dtype;       /* dtype tag given to dds_add()/dds_init() */
+    int64_t global_rows;  /* rows in the group, all shards together */
+    int64_t local_rows;   /* rows held by the calling rank (0 for a reader) */
+    int64_t row_bytes;    /* bytes per row */
+    int64_t first_row;    /* global index of the calling rank's first row (0 for a reader) */
+    int32_t group_size;   /* number of shards (entries of dds_var_offsets() minus one) */
+} dds_var_info;
+
+/* Read counters of a store (all variables), filled by dds_stats(). */
+typedef struct dds_stats_info {
+    uint32_t size;          /* sizeof(dds_stats_info), set by the caller */
+    uint64_t read_calls;    /* get/get_batch/get_ranges calls */
+    uint64_t rows_local;    /* rows served from this rank's own shard */
+    uint64_t rows_remote;   /* rows read from another rank's shard */
+    uint64_t bytes_local;
+    uint64_t bytes_remote;
+    double read_seconds;    /* wall time spent inside read calls */
+} dds_stats_info;
+
+/* ---- Library ---------------------------------------------------------- */
+
+/* Release version string, e.g. "0.1.0". Static; thread-safe. */
+DDS_API const char *dds_version(void);
+
+/* ABI major of the loaded library (DDS_ABI_MAJOR it was built with).
+ * Bindings compare it with the value they were written for. Thread-safe. */
+DDS_API int dds_abi_version(void);
+
+/* Static text for an error code; never NULL (unknown codes give a generic
+ * text). Thread-safe. */
+DDS_API const char *dds_strerror(int code);
+
+/* Detail of the last error raised in the calling thread ("" when none).
+ * Never NULL; valid until the next call into the library from this thread.
+ * Thread-safe (the message is per thread). */
+DDS_API const char *dds_last_error(void);
+
+/* 1 when the library was built with libfabric (methods 1 and 2), else 0. */
+DDS_API int dds_has_fabric(void);
+
+/* ---- Store ------------------------------------------------------------ */
+
+/* Fill *opts with defaults (method DDS_METHOD_DEFAULT, width 0, NULL
+ * strings). Not fallible; opts must not be NULL. */
+DDS_API void dds_options_init(dds_options *opts);
+
+/* Create a store over a communicator.
+ *   out     receives the store; caller frees it with dds_free().
+ *   comm_f  Fortran handle of an MPI communicator (MPI_Comm_c2f). The store
+ *           duplicates it, so the caller may free its own after this call.
+ *   opts    NULL for defaults.
+ * The communicator is split into groups of `width` consecutive ranks; each
+ * group holds its own full copy of every variable and reads only from itself.
+ * width must divide the communicator's size.
+ * Methods 1 and 2 need libfabric (DDS_ENOTSUP otherwise, or when the provider
+ * is absent). Method 2 also publishes the group's endpoints in the handshake
+ * directory (one sub-directory per group when there are several groups:
+ * <dir>/group<k>).
+ * Collective over the communicator. */
+DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts);
+
+/* Free a store and everything it holds (variables, windows, memory
+ * registrations; method 2 withdraws its publication). NULL is accepted.
+ * Collective over the communicator for a store from dds_create(); local for
+ * a store from dds_join(). After it returns the handle is invalid. */
+DDS_API int dds_free(dds_store *store);
+
+/* Describe a store. `info->size` must be set. Local; thread-safe. */
+DDS_API int dds_store_info_get(const dds_store *store, dds_store_info *info);
+
+/* ---- Variables -------------------------------------------------------- */
+
+/* Add a variable holding this rank's `nrows` rows of `row_bytes` bytes read
+ * from `data` (copied; the caller keeps ownership of `data`). `data` may be
+ * NULL when nrows is 0. Ranks may hold zero rows; the global row space is the
+ * concatenation of the group's shards in rank order.
+ * Errors (on every rank): DDS_EINVAL for a NULL/empty/too long/non-UTF-8 name,
+ * negative nrows, row_bytes < 1; DDS_EEXIST for a name in use; DDS_EMISMATCH
+ * when ranks disagree on name, row_bytes or dtype; DDS_EOVERFLOW when
+ * nrows x row_bytes does not fit; DDS_ERANGE when the group holds no row at
+ * all; DDS_ENOMEM.
+ * Collective over the communicator. */
+DDS_API int dds_add(dds_store *store, const char *name, const void *data,
+                    int64_t nrows, int64_t row_bytes, uint32_t dtype);
+
+/* Allocate a variable of `nrows` zero-filled local rows, to be written with
+ * dds_update(). Same rules and errors as dds_add(). Collective. */
+DDS_API int dds_init(dds_store *store, const char *name, int64_t nrows,
+                     int64_t row_bytes, uint32_t dtype);
+
+/* Write `nrows` rows from `data` into this rank's own shard, starting at
+ * local row `offset`. The rows become visible to other ranks after the next
+ * dds_sync() or dds_epoch_begin(). Local (not collective); not thread-safe
+ * against reads of the same rows. */
+DDS_API int dds_update(dds_store *store, const char *name, const void *data,
+                       int64_t nrows, int64_t offset);
+
+/* Make every dds_update() before it visible to every reader of the group.
+ * Collective over the communicator. */
+DDS_API int dds_sync(dds_store *store);
+
+/* Read `nrows` consecutive rows starting at global row `start` into `out`
+ * (nrows x row_bytes bytes). The range may span several shards; nrows 0 is
+ * valid, also at start == global_rows. The data is complete on return.
+ * Not collective: a rank may call it any number of times, inside or outside
+ * an epoch (dds_epoch_begin/end). With method 0 and an MPI without
+ * asynchronous progress (MPICH), it may wait until the owning rank enters MPI.
+ * Thread-safe for methods 1 and 2. */
+DDS_API int dds_get(dds_store *store, const char *name, void *out,
+                    int64_t start, int64_t nrows);
+
+/* Read rows rows[0..nrows) (global indices, any order, repeats allowed) into
+ * `out`: row rows[i] lands at out + i*row_bytes. Rows are grouped by owner
+ * and contiguous runs are read as one transfer, under one synchronisation.
+ * nrows 0 is valid (rows may then be NULL).
+ * Method 0: group-collective (every rank of the group calls it the same
+ * number of times; a rank with nothing to read passes nrows 0). Methods 1
+ * and 2: not collective, thread-safe. */
+DDS_API int dds_get_batch(dds_store *store, const char *name, void *out,
+                          const int64_t *rows, int64_t nrows);
+
+/* Read `nranges` row ranges [starts[i], starts[i]+counts[i]) one after the
+ * other into `out` (the sum of counts x row_bytes bytes). Ranges may span
+ * shards, overlap, repeat and have count 0. Same collective rule and thread
+ * safety as dds_get_batch(). Used for variable-size samples stored flat. */
+DDS_API int dds_get_ranges(dds_store *store, const char *name, void *out,
+                           const int64_t *starts, const int64_t *counts,
+                           int64_t nranges);
+
+/* Begin / end an access epoch, for code written against the original
+ * DDStore whose get() calls sit between them. Calls must pair up and be made
+ * the same number of times on every rank. No-ops apart from the
+ * synchronisation for methods 1 and 2.
+ * Collective over the group. */
+DDS_API int dds_epoch_begin(dds_store *store);
+DDS_API int dds_epoch_end(dds_store *store);
+
+/* Describe a variable. `info->size` must be set. Local; thread-safe. */
+DDS_API int dds_query(const dds_store *store, const char *name, dds_var_info *info);
+
+/* Fill offsets[0..group_size] with the global index of each shard's first
+ * row, offsets[group_size] being global_rows. n is the capacity of
+ * `offsets`; DDS_ERANGE when it is smaller than group_size + 1.
+ * Local; thread-safe. */
+DDS_API int dds_var_offsets(const dds_store *store, const char *name,
+                            int64_t *offsets, int64_t n);
+
+/* Number of variables in the store. Local; thread-safe. */
+DDS_API int dds_var_count(const dds_store *store, int64_t *count);
+
+/* Copy the name of variable `index` (0-based, in the order added) into
+ * buf[0..buflen), NUL-terminated; DDS_ERANGE when it does not fit or index
+ * is out of range. Local; thread-safe. */
+DDS_API int dds_var_name(const dds_store *store, int64_t index, char *buf, size_t buflen);
+
+/* ---- Receive buffers (methods 1 and 2) --------------------------------- */
+
+/* Register `len` bytes at `buf` once as a destination for reads: later reads
+ * into any part of it skip memory registration. Reads into unregistered
+ * memory work too (registered per call). The caller keeps ownership of buf
+ * and must unregister it before freeing it. No-op (DDS_OK) for method 0.
+ * Thread-safe. */
+DDS_API int dds_register_recv(dds_store *store, void *buf, size_t len);
+
+/* Undo dds_register_recv(); DDS_ENOENT when buf was not registered (method
+ * 1/2). No-op for method 0. Thread-safe. */
+DDS_API int dds_unregister_recv(dds_store *store, void *buf);
+
+/* ---- Method 2 readers ---------------------------------------------------- */
+
+/* Join, from a process of another job (no MPI needed), the store published
+ * by a method-2 core group in `handshake_dir` (NULL: DDSTORE_HANDSHAKE_DIR,
+ * else ./ddstore_hs). n_core is the number of core ranks to expect (<= 0:
+ * DDSTORE_N_CORE). Waits up to timeout_s seconds (< 0:
+ * DDSTORE_HANDSHAKE_TIMEOUT_S, else 300) for a complete, current
+ * publication, then fails with DDS_ETIMEDOUT naming the directory and what
+ * is missing. The returned store reads like a method-1 store (dds_get,
+ * dds_get_batch, dds_get_ranges, dds_query...) and is freed with dds_free()
+ * (local). Variables added by the core group later are found by
+ * dds_attach(). Local. */
+DDS_API int dds_join(dds_store **out, const char *handshake_dir, int n_core,
+                     double timeout_s);
+
+/* Reader only: wait (up to the join timeout) until variable `name` is
+ * published and load its metadata; DDS_OK at once when already known.
+ * Local. */
+DDS_API int dds_attach(dds_store *store, const char *name);
+
+/* ---- Counters ------------------------------------------------------------ */
+
+/* Read counters since creation (or the last reset). `info->size` must be
+ * set. Local; thread-safe. */
+DDS_API int dds_stats(const dds_store *store, dds_stats_info *info);
+
+/* Zero the counters. Local; thread-safe. */
+DDS_API int dds_stats_reset(dds_store *store);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DDSTORE_DDSTORE_H */

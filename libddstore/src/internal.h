@@ -1,0 +1,169 @@
+/* Private definitions shared by libddstore's source files. Nothing here is
+ * part of the ABI. */
+#ifndef DDSTORE_INTERNAL_H
+#define DDSTORE_INTERNAL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddstore/ddstore.h"
+
+#define DDS_HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- errors (error.c) ---------------------------------------------------- */
+
+/* Record a formatted message for the calling thread and return `code`. */
+DDS_HIDDEN int dds_err(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Record MPI's text for an MPI error `mpi_rc` raised by `what`; returns DDS_EMPI. */
+DDS_HIDDEN int dds_err_mpi(int mpi_rc, const char *what);
+/* Clear the calling thread's message. */
+DDS_HIDDEN void dds_err_clear(void);
+/* The calling thread's message buffer (for copying between ranks). */
+DDS_HIDDEN char *dds_err_buf(size_t *len);
+
+/* Debug log to stderr when DDSTORE_DEBUG is set to a non-zero value. */
+DDS_HIDDEN void dds_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- variables -------------------------------------------------------------- */
+
+struct dds_fabric;     /* transport state of methods 1/2 (fabric.c) */
+struct dds_fabric_var; /* per-variable transport state of methods 1/2 */
+
+typedef struct dds_var {
+    char name[DDS_NAME_MAX + 1];
+    uint32_t dtype;
+    int64_t row_bytes;
+    int64_t local_rows;
+    int64_t *offsets;       /* group_size + 1 entries: first global row of each shard */
+    char *base;             /* this rank's shard (never NULL: at least 1 byte is allocated) */
+    char **peer_base;       /* group_size entries: direct pointer to a shard on this node, else NULL */
+    /* method 0 */
+    MPI_Win shm_win;        /* shared-memory window over the node communicator, or MPI_WIN_NULL */
+    MPI_Win win;            /* RMA window over the group, or MPI_WIN_NULL when not needed */
+    void *mpi_mem;          /* memory from MPI_Alloc_mem, or NULL */
+    /* methods 1/2 */
+    struct dds_fabric_var *fab;
+} dds_var;
+
+/* One transfer of a read: `len` bytes at byte `src_offset` of group rank
+ * `owner`'s shard into `dst`. */
+typedef struct dds_read_op {
+    int32_t owner;
+    int64_t src_offset;
+    int64_t len;
+    char *dst;
+} dds_read_op;
+
+/* ---- store ------------------------------------------------------------------ */
+
+#define DDS_STORE_MAGIC 0x44445354u /* "DDST" */
+
+struct dds_store {
+    uint32_t magic;
+    int method;
+    bool is_reader;              /* from dds_join(): no MPI */
+    MPI_Comm comm;               /* duplicate of the user's communicator */
+    MPI_Comm group;              /* consecutive ranks of `width` */
+    MPI_Comm node;               /* ranks of `group` on this node */
+    int rank, size, width;
+    int group_rank, group_size, group_index;
+    bool node_local;             /* all of the group on one node and the fast path enabled */
+    bool shm_enabled;            /* shared-memory shards in use */
+    int *node_rank_of;           /* group rank -> rank in `node`, or -1 */
+    int epoch_depth;
+
+    pthread_rwlock_t vars_lock;  /* guards vars/nvars (readers: lookups; writers: add) */
+    dds_var **vars;
+    int64_t nvars, vars_cap;
+
+    char *fabric_name;           /* requested provider (may be NULL) */
+    char *handshake_dir;         /* method 2 directory */
+    struct dds_fabric *fab;      /* methods 1/2 */
+
+    _Atomic uint64_t st_calls, st_rows_local, st_rows_remote, st_bytes_local, st_bytes_remote;
+    _Atomic uint64_t st_read_ns;
+};
+
+/* Check that `s` is a live store (not freed, not garbage); sets the error. */
+DDS_HIDDEN int dds_store_check(const dds_store *s);
+/* Register/unregister a live store handle. */
+DDS_HIDDEN void dds_store_track(dds_store *s, bool live);
+/* Look up a variable by name; NULL when absent (no error set). */
+DDS_HIDDEN dds_var *dds_var_find(const dds_store *s, const char *name);
+/* Same, but sets DDS_ENOENT/DDS_EINVAL and returns NULL on failure. */
+DDS_HIDDEN dds_var *dds_var_lookup(const dds_store *s, const char *name);
+/* Append a variable to the store (takes ownership). */
+DDS_HIDDEN int dds_var_append(dds_store *s, dds_var *v);
+/* Validate a variable name (length, UTF-8). */
+DDS_HIDDEN int dds_check_name(const char *name);
+/* Owner of a global row: group rank r with offsets[r] <= row < offsets[r+1]. */
+DDS_HIDDEN int dds_owner_of(const dds_var *v, int group_size, int64_t row);
+
+/* Agree on the outcome of a collective step over `comm`: returns the lowest
+ * failing rank's code on every rank, with its message ("rank k: ..."). */
+DDS_HIDDEN int dds_agree(MPI_Comm comm, int rc);
+
+/* Run fn(s, arg) group after group, with a barrier over s->comm between
+ * groups. Window creation goes through it: Open MPI names the backing files
+ * of windows by communicator id, which groups split from one communicator
+ * share, so concurrent creation in several groups collides
+ * (open-mpi/ompi#9492). Collective over s->comm. */
+DDS_HIDDEN int dds_for_each_group(dds_store *s, int (*fn)(dds_store *, void *), void *arg);
+
+/* Environment helpers. */
+DDS_HIDDEN const char *dds_env(const char *name);
+DDS_HIDDEN bool dds_env_flag(const char *name, bool dflt);
+
+/* ---- method 0 (rma.c) -------------------------------------------------------- */
+
+/* Allocate v->base for v->local_rows rows (shared memory on the node when
+ * enabled) and expose it to the group. Collective over the group; the caller
+ * agrees on the result. */
+DDS_HIDDEN int dds_shard_alloc(dds_store *s, dds_var *v);
+/* Release what dds_shard_alloc() made. Collective over the group. */
+DDS_HIDDEN void dds_shard_release(dds_store *s, dds_var *v);
+/* Perform remote ops (owners not reachable by memory) with MPI RMA; data
+ * complete on return. collective: group-collective call (get_batch). */
+DDS_HIDDEN int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops,
+                            size_t nops);
+/* Make local writes to v visible: MPI_Win_sync on its windows (local). */
+DDS_HIDDEN int dds_rma_sync_local(dds_store *s, dds_var *v);
+/* Decide whether shards live in node shared memory (DDSTORE_NODE_LOCAL,
+ * default on, and the MPI can allocate shared windows); sets
+ * s->shm_enabled. Collective over s->comm; returns an agreed result. */
+DDS_HIDDEN int dds_shm_probe(dds_store *s);
+
+/* ---- methods 1/2 (fabric.c, or nofabric.c without libfabric) ------------------ */
+
+/* Open the transport for a store made by dds_create() with method 1 or 2:
+ * pick the provider (s->fabric_name, else DDSTORE_FABRIC, else the best
+ * RDM+RMA one), open the endpoint, exchange addresses inside the group over
+ * s->group; method 2 also publishes them under s->handshake_dir.
+ * Collective over the group. */
+DDS_HIDDEN int dds_fab_open(dds_store *s);
+/* Register v->base (v->local_rows * v->row_bytes bytes, at least 1) for
+ * remote READ, exchange keys and base addresses inside the group; method 2
+ * also publishes the variable's metadata. Collective over the group. */
+DDS_HIDDEN int dds_fab_var_expose(dds_store *s, dds_var *v);
+/* Release the variable's registration. Collective over the group for core
+ * stores (a barrier may be used), local for readers. */
+DDS_HIDDEN void dds_fab_var_release(dds_store *s, dds_var *v);
+/* Read remote ops with fi_read; thread-safe; data complete on return. */
+DDS_HIDDEN int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
+DDS_HIDDEN int dds_fab_register_recv(dds_store *s, void *buf, size_t len);
+DDS_HIDDEN int dds_fab_unregister_recv(dds_store *s, void *buf);
+/* Close the transport (withdraw the publication, stop the progress thread). */
+DDS_HIDDEN void dds_fab_close(dds_store *s);
+/* Reader side of method 2 (see dds_join/dds_attach in the public header). */
+DDS_HIDDEN int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s);
+DDS_HIDDEN int dds_fab_attach(dds_store *s, const char *name);
+
+/* Monotonic clock in nanoseconds. */
+DDS_HIDDEN uint64_t dds_now_ns(void);
+
+#endif /* DDSTORE_INTERNAL_H */

@@ -1,0 +1,365 @@
+/* Reads (get, get_batch, get_ranges), epochs and synchronisation.
+ *
+ * Every read is turned into a list of transfers (dds_read_op): rows are
+ * mapped to their owner by binary search over the shard offsets, and
+ * consecutive rows of one owner that land consecutively in the output become
+ * one transfer. Transfers from shards this process can address (its own, or
+ * a node peer's in shared memory) are memcpy; the rest go to the transport
+ * (MPI RMA or libfabric), grouped by owner. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct op_list {
+    dds_read_op *ops;
+    size_t n, cap;
+} op_list;
+
+static int ops_reserve(op_list *l, size_t n, const char *name)
+{
+    if (n <= l->cap)
+        return DDS_OK;
+    dds_read_op *p = realloc(l->ops, n * sizeof *p);
+    if (!p)
+        return dds_err(DDS_ENOMEM, "variable '%s': out of memory for %zu transfers", name, n);
+    l->ops = p;
+    l->cap = n;
+    return DDS_OK;
+}
+
+/* Append rows [row, row+count) of one owner landing at dst; merges with the
+ * previous transfer when both source and destination continue it. */
+static void ops_push(op_list *l, const dds_var *v, int owner, int64_t row, int64_t count, char *dst)
+{
+    int64_t src = (row - v->offsets[owner]) * v->row_bytes;
+    int64_t len = count * v->row_bytes;
+    if (l->n) {
+        dds_read_op *p = &l->ops[l->n - 1];
+        if (p->owner == owner && p->src_offset + p->len == src && p->dst + p->len == dst) {
+            p->len += len;
+            return;
+        }
+    }
+    l->ops[l->n++] = (dds_read_op){ .owner = owner, .src_offset = src, .len = len, .dst = dst };
+}
+
+/* Split [start, start+count) across owners. */
+static int ops_push_range(op_list *l, const dds_var *v, int group_size, int64_t start, int64_t count,
+                          char *dst)
+{
+    while (count > 0) {
+        int owner = dds_owner_of(v, group_size, start);
+        int64_t n = v->offsets[owner + 1] - start;
+        if (n > count)
+            n = count;
+        if (l->n == l->cap && ops_reserve(l, l->cap * 2 + 8, v->name))
+            return DDS_ENOMEM;
+        ops_push(l, v, owner, start, n, dst);
+        start += n;
+        count -= n;
+        dst += n * v->row_bytes;
+    }
+    return DDS_OK;
+}
+
+/* Stable counting sort of transfers by owner, so that each target is
+ * addressed in one burst. */
+static int group_by_owner(dds_read_op *ops, size_t n, int group_size)
+{
+    if (n < 2)
+        return DDS_OK;
+    size_t *count = calloc((size_t)group_size + 1, sizeof *count);
+    dds_read_op *tmp = malloc(n * sizeof *tmp);
+    if (!count || !tmp) {
+        free(count);
+        free(tmp);
+        return dds_err(DDS_ENOMEM, "out of memory sorting %zu transfers", n);
+    }
+    for (size_t i = 0; i < n; i++)
+        count[ops[i].owner + 1]++;
+    for (int g = 0; g < group_size; g++)
+        count[g + 1] += count[g];
+    for (size_t i = 0; i < n; i++)
+        tmp[count[ops[i].owner]++] = ops[i];
+    memcpy(ops, tmp, n * sizeof *tmp);
+    free(tmp);
+    free(count);
+    return DDS_OK;
+}
+
+static int execute(dds_store *s, dds_var *v, op_list *l)
+{
+    size_t nremote = 0;
+    uint64_t rows_local = 0, rows_remote = 0, bytes_local = 0, bytes_remote = 0;
+    int self = s->is_reader ? -1 : s->group_rank;
+    for (size_t i = 0; i < l->n; i++) {
+        dds_read_op op = l->ops[i];
+        if (op.owner == self) {
+            rows_local += (uint64_t)(op.len / v->row_bytes);
+            bytes_local += (uint64_t)op.len;
+        } else {
+            rows_remote += (uint64_t)(op.len / v->row_bytes);
+            bytes_remote += (uint64_t)op.len;
+        }
+        const char *peer = v->peer_base ? v->peer_base[op.owner] : NULL;
+        if (peer)
+            memcpy(op.dst, peer + op.src_offset, (size_t)op.len);
+        else
+            l->ops[nremote++] = op;
+    }
+    int rc = DDS_OK;
+    if (nremote) {
+        rc = group_by_owner(l->ops, nremote, s->group_size);
+        if (rc == DDS_OK)
+            rc = (s->method == 0) ? dds_rma_read(s, v, l->ops, nremote) : dds_fab_read(s, v, l->ops, nremote);
+    }
+    atomic_fetch_add(&s->st_rows_local, rows_local);
+    atomic_fetch_add(&s->st_rows_remote, rows_remote);
+    atomic_fetch_add(&s->st_bytes_local, bytes_local);
+    atomic_fetch_add(&s->st_bytes_remote, bytes_remote);
+    return rc;
+}
+
+/* Group-collective completion of a method-0 batched read. Ranks of a group
+ * that all share memory need no synchronisation; otherwise the agreement
+ * keeps every rank inside MPI until all reads are done (MPICH serves passive
+ * reads only while the target is in MPI) and reports a failure everywhere. */
+static int finish_collective(dds_store *s, int rc)
+{
+    if (s->method != 0 || s->is_reader || (s->node_local && s->shm_enabled))
+        return rc;
+    return dds_agree(s->group, rc);
+}
+
+/* Checks shared by all reads. *live tells whether the store handle is usable
+ * (and so whether a collective completion may run). */
+static int read_begin(dds_store *s, const char *name, void *out, int64_t nrows, dds_var **v,
+                      bool *live)
+{
+    *v = NULL;
+    int rc = dds_store_check(s);
+    *live = rc == DDS_OK;
+    if (rc)
+        return rc;
+    *v = dds_var_lookup(s, name);
+    if (!*v)
+        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
+    if (nrows < 0)
+        return dds_err(DDS_EINVAL, "variable '%s': negative row count %lld", name, (long long)nrows);
+    if (nrows > 0 && !out)
+        return dds_err(DDS_EINVAL, "variable '%s': output buffer is NULL", name);
+    if (nrows > INT64_MAX / (*v)->row_bytes)
+        return dds_err(DDS_EOVERFLOW, "variable '%s': %lld rows overflow the output size", name,
+                       (long long)nrows);
+    return DDS_OK;
+}
+
+static void read_end(dds_store *s, uint64_t t0)
+{
+    atomic_fetch_add(&s->st_calls, 1);
+    atomic_fetch_add(&s->st_read_ns, dds_now_ns() - t0);
+}
+
+DDS_API int dds_get(dds_store *s, const char *name, void *out, int64_t start, int64_t nrows)
+{
+    dds_err_clear();
+    uint64_t t0 = dds_now_ns();
+    dds_var *v;
+    bool live;
+    int rc = read_begin(s, name, out, nrows, &v, &live);
+    if (rc)
+        return rc;
+    int64_t total = v->offsets[s->group_size];
+    if (start < 0 || start > total || nrows > total - start)
+        return dds_err(DDS_ERANGE, "variable '%s': rows [%lld, %lld) are outside [0, %lld)", name,
+                       (long long)start, (long long)(start + nrows), (long long)total);
+    op_list l = { 0 };
+    rc = ops_reserve(&l, (size_t)s->group_size < 64 ? (size_t)s->group_size : 64, name);
+    if (rc == DDS_OK)
+        rc = ops_push_range(&l, v, s->group_size, start, nrows, out);
+    if (rc == DDS_OK)
+        rc = execute(s, v, &l);
+    free(l.ops);
+    read_end(s, t0);
+    return rc;
+}
+
+DDS_API int dds_get_batch(dds_store *s, const char *name, void *out, const int64_t *rows, int64_t nrows)
+{
+    dds_err_clear();
+    uint64_t t0 = dds_now_ns();
+    dds_var *v;
+    bool live;
+    int rc = read_begin(s, name, out, nrows, &v, &live);
+    if (rc == DDS_OK && nrows > 0 && !rows)
+        rc = dds_err(DDS_EINVAL, "variable '%s': rows is NULL", name);
+    op_list l = { 0 };
+    if (rc == DDS_OK && nrows > 0) {
+        int64_t total = v->offsets[s->group_size];
+        rc = ops_reserve(&l, (size_t)nrows, name);
+        int owner = 0;
+        for (int64_t i = 0; rc == DDS_OK && i < nrows; i++) {
+            int64_t r = rows[i];
+            if (r < 0 || r >= total) {
+                rc = dds_err(DDS_ERANGE, "variable '%s': row %lld (position %lld) is outside [0, %lld)",
+                             name, (long long)r, (long long)i, (long long)total);
+                break;
+            }
+            /* Sequential batches stay with the same owner: test it first. */
+            if (r < v->offsets[owner] || r >= v->offsets[owner + 1])
+                owner = dds_owner_of(v, s->group_size, r);
+            ops_push(&l, v, owner, r, 1, (char *)out + i * v->row_bytes);
+        }
+        if (rc == DDS_OK)
+            rc = execute(s, v, &l);
+    }
+    free(l.ops);
+    if (!live)
+        return rc;
+    rc = finish_collective(s, rc);
+    read_end(s, t0);
+    return rc;
+}
+
+DDS_API int dds_get_ranges(dds_store *s, const char *name, void *out, const int64_t *starts,
+                           const int64_t *counts, int64_t nranges)
+{
+    dds_err_clear();
+    uint64_t t0 = dds_now_ns();
+    dds_var *v;
+    bool live;
+    int rc = read_begin(s, name, out, 0, &v, &live);
+    if (rc == DDS_OK && nranges < 0)
+        rc = dds_err(DDS_EINVAL, "variable '%s': negative range count %lld", name, (long long)nranges);
+    if (rc == DDS_OK && nranges > 0 && (!starts || !counts))
+        rc = dds_err(DDS_EINVAL, "variable '%s': starts or counts is NULL", name);
+    op_list l = { 0 };
+    if (rc == DDS_OK && nranges > 0) {
+        int64_t total = v->offsets[s->group_size];
+        int64_t sum = 0;
+        for (int64_t i = 0; i < nranges; i++) {
+            int64_t st = starts[i], n = counts[i];
+            if (n < 0 || st < 0 || st > total || n > total - st) {
+                rc = dds_err(DDS_ERANGE, "variable '%s': range %lld [%lld, %lld) is outside [0, %lld)",
+                             name, (long long)i, (long long)st, (long long)(st + n), (long long)total);
+                break;
+            }
+            if (sum > INT64_MAX / v->row_bytes - n) {
+                rc = dds_err(DDS_EOVERFLOW, "variable '%s': ranges overflow the output size", name);
+                break;
+            }
+            sum += n;
+        }
+        if (rc == DDS_OK && sum > 0 && !out)
+            rc = dds_err(DDS_EINVAL, "variable '%s': output buffer is NULL", name);
+        if (rc == DDS_OK)
+            rc = ops_reserve(&l, (size_t)nranges + 8, name);
+        char *dst = out;
+        for (int64_t i = 0; rc == DDS_OK && i < nranges; i++) {
+            rc = ops_push_range(&l, v, s->group_size, starts[i], counts[i], dst);
+            dst += counts[i] * v->row_bytes;
+        }
+        if (rc == DDS_OK)
+            rc = execute(s, v, &l);
+    }
+    free(l.ops);
+    if (!live)
+        return rc;
+    rc = finish_collective(s, rc);
+    read_end(s, t0);
+    return rc;
+}
+
+/* ---- synchronisation ------------------------------------------------------------- */
+
+static int sync_all_local(dds_store *s)
+{
+    int rc = DDS_OK;
+    pthread_rwlock_rdlock(&s->vars_lock);
+    for (int64_t i = 0; rc == DDS_OK && i < s->nvars; i++)
+        rc = dds_rma_sync_local(s, s->vars[i]);
+    pthread_rwlock_unlock(&s->vars_lock);
+    return rc;
+}
+
+/* Writer-side sync, a barrier over comm, reader-side sync: the MPI pattern
+ * that orders local stores before other ranks' loads in shared windows. */
+static int sync_over(dds_store *s, MPI_Comm comm, int rc)
+{
+    if (rc == DDS_OK && s->method == 0)
+        rc = sync_all_local(s);
+    rc = dds_agree(comm, rc);
+    if (rc == DDS_OK && s->method == 0)
+        rc = sync_all_local(s);
+    return rc;
+}
+
+static int collective_begin(dds_store *s)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (s->is_reader)
+        return dds_err(DDS_ESTATE, "a reader (dds_join) has no epochs or synchronisation");
+    return DDS_OK;
+}
+
+DDS_API int dds_sync(dds_store *s)
+{
+    int rc = collective_begin(s);
+    if (rc)
+        return rc;
+    return sync_over(s, s->comm, DDS_OK);
+}
+
+DDS_API int dds_epoch_begin(dds_store *s)
+{
+    int rc = collective_begin(s);
+    if (rc)
+        return rc;
+    rc = sync_over(s, s->group, DDS_OK);
+    if (rc == DDS_OK)
+        s->epoch_depth++;
+    return rc;
+}
+
+DDS_API int dds_epoch_end(dds_store *s)
+{
+    int rc = collective_begin(s);
+    if (rc)
+        return rc;
+    if (s->epoch_depth == 0)
+        rc = dds_err(DDS_ESTATE, "epoch_end without a matching epoch_begin");
+    rc = dds_agree(s->group, rc);
+    if (rc == DDS_OK)
+        s->epoch_depth--;
+    return rc;
+}
+
+/* ---- receive buffers ---------------------------------------------------------------- */
+
+DDS_API int dds_register_recv(dds_store *s, void *buf, size_t len)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (!buf && len)
+        return dds_err(DDS_EINVAL, "buffer is NULL");
+    if (s->method == 0 || len == 0)
+        return DDS_OK;
+    return dds_fab_register_recv(s, buf, len);
+}
+
+DDS_API int dds_unregister_recv(dds_store *s, void *buf)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (s->method == 0 || !buf)
+        return DDS_OK;
+    return dds_fab_unregister_recv(s, buf);
+}

@@ -1,0 +1,202 @@
+/* Shard memory and method 0 (MPI one-sided) transfers.
+ *
+ * Shards of ranks that share a node live in one MPI shared-memory window, so
+ * a read from a node peer is a plain memcpy with no MPI call. Shards on other
+ * nodes are reached through an MPI RMA window over the group, kept in a
+ * passive-target epoch (lock_all) for the store's whole life: a read is then
+ * MPI_Get + flush, complete on return, and needs nothing from the target in
+ * an MPI with asynchronous progress. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define PAGE_BYTES 4096
+
+static int probe_shared(dds_store *s, void *unused)
+{
+    (void)unused;
+    void *base = NULL;
+    MPI_Win win = MPI_WIN_NULL;
+    int mrc = MPI_Win_allocate_shared(1, 1, MPI_INFO_NULL, s->node, &base, &win);
+    if (mrc != MPI_SUCCESS)
+        return DDS_EMPI;
+    MPI_Win_free(&win);
+    return DDS_OK;
+}
+
+int dds_shm_probe(dds_store *s)
+{
+    int want = dds_env_flag("DDSTORE_NODE_LOCAL", true) ? 1 : 0;
+    int all = 0;
+    int mrc = MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, s->comm);
+    if (mrc != MPI_SUCCESS)
+        return dds_agree(s->comm, dds_err_mpi(mrc, "MPI_Allreduce (shared memory probe)"));
+    if (!all) {
+        s->shm_enabled = false;
+        return DDS_OK;
+    }
+    /* Some MPIs (or their configuration) cannot allocate shared windows:
+     * try once with a tiny window and fall back to private memory. */
+    int ok = dds_for_each_group(s, probe_shared, NULL) == DDS_OK;
+    int all_ok = 0;
+    mrc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s->comm);
+    if (mrc != MPI_SUCCESS)
+        return dds_agree(s->comm, dds_err_mpi(mrc, "MPI_Allreduce (shared memory probe)"));
+    s->shm_enabled = all_ok != 0;
+    if (!s->shm_enabled)
+        dds_debug("rank %d: shared-memory windows unavailable; node peers are read through RMA",
+                  s->rank);
+    return DDS_OK;
+}
+
+static int alloc_shared(dds_store *s, dds_var *v, size_t bytes)
+{
+    MPI_Info info;
+    MPI_Info_create(&info);
+    /* Each rank's segment starts on its own pages: no false sharing between
+     * shards, and libfabric can register it alone. */
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    int mrc = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, s->node, &v->base, &v->shm_win);
+    MPI_Info_free(&info);
+    if (mrc != MPI_SUCCESS) {
+        v->shm_win = MPI_WIN_NULL;
+        v->base = NULL;
+        return dds_err_mpi(mrc, "MPI_Win_allocate_shared");
+    }
+    MPI_Win_set_errhandler(v->shm_win, MPI_ERRORS_RETURN);
+    for (int g = 0; g < s->group_size; g++) {
+        int nr = s->node_rank_of[g];
+        if (nr < 0)
+            continue;
+        MPI_Aint size;
+        int disp;
+        void *ptr = NULL;
+        mrc = MPI_Win_shared_query(v->shm_win, nr, &size, &disp, &ptr);
+        if (mrc != MPI_SUCCESS)
+            return dds_err_mpi(mrc, "MPI_Win_shared_query");
+        v->peer_base[g] = ptr;
+    }
+    /* MPI_Win_sync, which publishes local writes, needs a passive epoch. */
+    mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, v->shm_win);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Win_lock_all (shared window)");
+    return DDS_OK;
+}
+
+static int alloc_private(dds_store *s, dds_var *v, size_t bytes)
+{
+    if (s->method == 0) {
+        int mrc = MPI_Alloc_mem((MPI_Aint)bytes, MPI_INFO_NULL, &v->mpi_mem);
+        if (mrc != MPI_SUCCESS) {
+            v->mpi_mem = NULL;
+            return dds_err(DDS_ENOMEM, "variable '%s': cannot allocate %zu bytes (MPI_Alloc_mem)",
+                           v->name, bytes);
+        }
+        v->base = v->mpi_mem;
+    } else {
+        void *p = NULL;
+        if (posix_memalign(&p, PAGE_BYTES, bytes) != 0)
+            return dds_err(DDS_ENOMEM, "variable '%s': cannot allocate %zu bytes", v->name, bytes);
+        v->base = p;
+    }
+    v->peer_base[s->group_rank] = v->base;
+    return DDS_OK;
+}
+
+int dds_shard_alloc(dds_store *s, dds_var *v)
+{
+    size_t bytes = (size_t)(v->local_rows * v->row_bytes);
+    if (bytes == 0)
+        bytes = 1; /* windows and registrations want a real address */
+    if ((uint64_t)v->local_rows * (uint64_t)v->row_bytes > (uint64_t)PTRDIFF_MAX)
+        return dds_err(DDS_EOVERFLOW, "variable '%s' is too large for this machine", v->name);
+
+    int rc = s->shm_enabled ? alloc_shared(s, v, bytes) : alloc_private(s, v, bytes);
+    /* Window creation below is collective over the group: agree first. */
+    rc = dds_agree(s->group, rc);
+    if (rc) {
+        dds_shard_release(s, v);
+        return rc;
+    }
+    bool need_rma = false;
+    for (int g = 0; g < s->group_size; g++)
+        if (!v->peer_base[g])
+            need_rma = true;
+    if (s->method == 0 && need_rma) {
+        int mrc = MPI_Win_create(v->base, (MPI_Aint)bytes, 1, MPI_INFO_NULL, s->group, &v->win);
+        if (mrc == MPI_SUCCESS) {
+            MPI_Win_set_errhandler(v->win, MPI_ERRORS_RETURN);
+            mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, v->win);
+            if (mrc != MPI_SUCCESS)
+                rc = dds_err_mpi(mrc, "MPI_Win_lock_all");
+        } else {
+            v->win = MPI_WIN_NULL;
+            rc = dds_err_mpi(mrc, "MPI_Win_create");
+        }
+        rc = dds_agree(s->group, rc);
+        if (rc) {
+            dds_shard_release(s, v);
+            return rc;
+        }
+    }
+    return DDS_OK;
+}
+
+void dds_shard_release(dds_store *s, dds_var *v)
+{
+    (void)s;
+    if (v->win != MPI_WIN_NULL) {
+        MPI_Win_unlock_all(v->win);
+        MPI_Win_free(&v->win);
+        v->win = MPI_WIN_NULL;
+    }
+    if (v->shm_win != MPI_WIN_NULL) {
+        MPI_Win_unlock_all(v->shm_win);
+        MPI_Win_free(&v->shm_win); /* frees the shard memory too */
+        v->shm_win = MPI_WIN_NULL;
+    } else if (v->mpi_mem) {
+        MPI_Free_mem(v->mpi_mem);
+    } else {
+        free(v->base);
+    }
+    v->mpi_mem = NULL;
+    v->base = NULL;
+}
+
+int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
+{
+    (void)s;
+    if (v->win == MPI_WIN_NULL)
+        return dds_err(DDS_ESTATE, "variable '%s': no RMA window for a remote shard", v->name);
+    for (size_t i = 0; i < nops; i++) {
+        char *dst = ops[i].dst;
+        MPI_Aint src = (MPI_Aint)ops[i].src_offset;
+        int64_t left = ops[i].len;
+        while (left > 0) {
+            int n = left > (1 << 30) ? (1 << 30) : (int)left; /* counts are int */
+            int mrc = MPI_Get(dst, n, MPI_BYTE, ops[i].owner, src, n, MPI_BYTE, v->win);
+            if (mrc != MPI_SUCCESS)
+                return dds_err_mpi(mrc, "MPI_Get");
+            dst += n;
+            src += n;
+            left -= n;
+        }
+    }
+    int mrc = MPI_Win_flush_all(v->win);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Win_flush_all");
+    return DDS_OK;
+}
+
+int dds_rma_sync_local(dds_store *s, dds_var *v)
+{
+    (void)s;
+    int mrc = MPI_SUCCESS;
+    if (v->shm_win != MPI_WIN_NULL)
+        mrc = MPI_Win_sync(v->shm_win);
+    if (mrc == MPI_SUCCESS && v->win != MPI_WIN_NULL)
+        mrc = MPI_Win_sync(v->win);
+    return mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Win_sync");
+}

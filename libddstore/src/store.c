@@ -1,0 +1,840 @@
+/* Store lifecycle, variables and the agreement protocol of collective calls. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- live handle registry -------------------------------------------------
+ * Handles are checked against this table so that a call on a freed or
+ * garbage handle is an error instead of a use-after-free. Few stores live at
+ * once, so a linear scan is cheap next to any read. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static dds_store **registry;
+static size_t registry_len, registry_cap;
+
+void dds_store_track(dds_store *s, bool live)
+{
+    pthread_mutex_lock(&registry_lock);
+    if (live) {
+        if (registry_len == registry_cap) {
+            size_t cap = registry_cap ? 2 * registry_cap : 16;
+            dds_store **r = realloc(registry, cap * sizeof *r);
+            if (!r) { /* cannot track: the handle still works, checks just miss it */
+                pthread_mutex_unlock(&registry_lock);
+                return;
+            }
+            registry = r;
+            registry_cap = cap;
+        }
+        registry[registry_len++] = s;
+    } else {
+        for (size_t i = 0; i < registry_len; i++)
+            if (registry[i] == s) {
+                registry[i] = registry[--registry_len];
+                break;
+            }
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+int dds_store_check(const dds_store *s)
+{
+    if (!s)
+        return dds_err(DDS_EINVAL, "store handle is NULL");
+    bool found = false;
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len; i++)
+        if (registry[i] == s) {
+            found = true;
+            break;
+        }
+    pthread_mutex_unlock(&registry_lock);
+    if (!found || s->magic != DDS_STORE_MAGIC)
+        return dds_err(DDS_ESTATE, "store handle is not a live store (freed, or never created)");
+    return DDS_OK;
+}
+
+/* ---- agreement ------------------------------------------------------------ */
+
+int dds_agree(MPI_Comm comm, int rc)
+{
+    int rank;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
+        return dds_err(DDS_EMPI, "MPI_Comm_rank failed while agreeing on a result");
+    struct { int ok; int rank; } in = { rc == DDS_OK ? 1 : 0, rank }, out;
+    int mrc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, comm);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Allreduce (agreement)");
+    if (out.ok)
+        return DDS_OK;
+    /* The lowest failing rank tells everyone its code and message, so every
+     * rank reports the same error. */
+    size_t len;
+    char *buf = dds_err_buf(&len);
+    char msg[1024 + 32];
+    int code = rc;
+    if (rank == out.rank) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s", buf);
+        snprintf(msg, sizeof msg, "%s", tmp);
+    }
+    mrc = MPI_Bcast(&code, 1, MPI_INT, out.rank, comm);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Bcast(msg, 1024, MPI_CHAR, out.rank, comm);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Bcast (agreement)");
+    msg[1023] = '\0';
+    if (rank == out.rank)
+        return code;
+    return dds_err(code, "rank %d: %s", out.rank, msg);
+}
+
+/* ---- names and variables ------------------------------------------------------ */
+
+static bool utf8_valid(const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        size_t k;
+        uint32_t cp;
+        if (c < 0x80) { i++; continue; }
+        else if ((c & 0xE0) == 0xC0) { k = 1; cp = c & 0x1F; }
+        else if ((c & 0xF0) == 0xE0) { k = 2; cp = c & 0x0F; }
+        else if ((c & 0xF8) == 0xF0) { k = 3; cp = c & 0x07; }
+        else return false;
+        if (i + k >= n)
+            return false;
+        for (size_t j = 1; j <= k; j++) {
+            if ((p[i + j] & 0xC0) != 0x80)
+                return false;
+            cp = (cp << 6) | (p[i + j] & 0x3F);
+        }
+        /* overlong forms, surrogates, beyond U+10FFFF */
+        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) ||
+            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+int dds_check_name(const char *name)
+{
+    if (!name)
+        return dds_err(DDS_EINVAL, "variable name is NULL");
+    size_t n = strnlen(name, DDS_NAME_MAX + 1);
+    if (n == 0)
+        return dds_err(DDS_EINVAL, "variable name is empty");
+    if (n > DDS_NAME_MAX)
+        return dds_err(DDS_EINVAL, "variable name is longer than %d bytes", DDS_NAME_MAX);
+    if (!utf8_valid((const unsigned char *)name, n))
+        return dds_err(DDS_EINVAL, "variable name is not valid UTF-8");
+    return DDS_OK;
+}
+
+dds_var *dds_var_find(const dds_store *s, const char *name)
+{
+    dds_var *found = NULL;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
+    for (int64_t i = 0; i < s->nvars; i++)
+        if (strcmp(s->vars[i]->name, name) == 0) {
+            found = s->vars[i];
+            break;
+        }
+    pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
+    return found;
+}
+
+dds_var *dds_var_lookup(const dds_store *s, const char *name)
+{
+    if (dds_check_name(name) != DDS_OK)
+        return NULL;
+    dds_var *v = dds_var_find(s, name);
+    if (!v)
+        dds_err(DDS_ENOENT, "no variable named '%s' in this store", name);
+    return v;
+}
+
+int dds_var_append(dds_store *s, dds_var *v)
+{
+    int rc = DDS_OK;
+    pthread_rwlock_wrlock(&s->vars_lock);
+    if (s->nvars == s->vars_cap) {
+        int64_t cap = s->vars_cap ? 2 * s->vars_cap : 8;
+        dds_var **nv = realloc(s->vars, (size_t)cap * sizeof *nv);
+        if (!nv)
+            rc = dds_err(DDS_ENOMEM, "out of memory adding variable '%s'", v->name);
+        else {
+            s->vars = nv;
+            s->vars_cap = cap;
+        }
+    }
+    if (rc == DDS_OK)
+        s->vars[s->nvars++] = v;
+    pthread_rwlock_unlock(&s->vars_lock);
+    return rc;
+}
+
+int dds_owner_of(const dds_var *v, int group_size, int64_t row)
+{
+    /* Largest r with offsets[r] <= row; shards may be empty, so skip ahead to
+     * the last of equal offsets. */
+    int lo = 0, hi = group_size - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (v->offsets[mid] <= row)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+int dds_for_each_group(dds_store *s, int (*fn)(dds_store *, void *), void *arg)
+{
+    int n_groups = s->size / s->width;
+    int rc = DDS_OK;
+    for (int k = 0; k < n_groups; k++) {
+        if (k == s->group_index)
+            rc = fn(s, arg);
+        if (n_groups > 1) {
+            int mrc = MPI_Barrier(s->comm);
+            if (mrc != MPI_SUCCESS && rc == DDS_OK)
+                rc = dds_err_mpi(mrc, "MPI_Barrier (window creation)");
+        }
+    }
+    return rc;
+}
+
+/* ---- store lifecycle ---------------------------------------------------------- */
+
+DDS_API void dds_options_init(dds_options *opts)
+{
+    if (!opts)
+        return;
+    memset(opts, 0, sizeof *opts);
+    opts->size = sizeof *opts;
+    opts->method = DDS_METHOD_DEFAULT;
+}
+
+DDS_API int dds_has_fabric(void)
+{
+#ifdef DDS_HAVE_FABRIC
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Validate a communicator handle without letting MPI abort on garbage. */
+static int comm_from_fortran(int comm_f, MPI_Comm *out)
+{
+#if defined(MPICH) || defined(MPICH_VERSION)
+    /* MPICH handles encode their kind in bits 30-31 (0 = invalid) and the
+     * object type in bits 26-29 (1 = communicator). */
+    unsigned h = (unsigned)comm_f;
+    if (((h >> 30) & 3u) == 0 || ((h >> 26) & 0xFu) != 1u)
+        return dds_err(DDS_EINVAL, "%d is not an MPI communicator handle (pass comm.py2f())", comm_f);
+#endif
+    MPI_Comm c = MPI_Comm_f2c(comm_f);
+#if defined(OPEN_MPI)
+    if ((void *)c == NULL)
+        return dds_err(DDS_EINVAL, "%d is not an MPI communicator handle (pass comm.py2f())", comm_f);
+#endif
+    if (c == MPI_COMM_NULL)
+        return dds_err(DDS_EINVAL, "communicator is MPI_COMM_NULL");
+    *out = c;
+    return DDS_OK;
+}
+
+static int resolve_method(const dds_options *o, int *method)
+{
+    int m = o ? o->method : DDS_METHOD_DEFAULT;
+    if (m == DDS_METHOD_DEFAULT) {
+        const char *env = dds_env("DDSTORE_METHOD");
+        m = 0;
+        if (env) {
+            char *end;
+            long v = strtol(env, &end, 10);
+            if (*end != '\0' || v < 0 || v > 2)
+                return dds_err(DDS_EINVAL, "DDSTORE_METHOD='%s' is not 0, 1 or 2", env);
+            m = (int)v;
+        }
+    }
+    if (m < 0 || m > 2)
+        return dds_err(DDS_EINVAL, "method %d is not 0 (MPI), 1 (libfabric) or 2 (libfabric + files)", m);
+    *method = m;
+    return DDS_OK;
+}
+
+/* Map each group rank to its rank in the node communicator (or -1). */
+static int map_node_ranks(dds_store *s)
+{
+    int node_size, node_rank;
+    MPI_Comm_size(s->node, &node_size);
+    MPI_Comm_rank(s->node, &node_rank);
+    int *members = malloc((size_t)node_size * sizeof *members);
+    s->node_rank_of = malloc((size_t)s->group_size * sizeof *s->node_rank_of);
+    if (!members || !s->node_rank_of) {
+        free(members);
+        return dds_err(DDS_ENOMEM, "out of memory creating the store");
+    }
+    int mrc = MPI_Allgather(&s->group_rank, 1, MPI_INT, members, 1, MPI_INT, s->node);
+    if (mrc != MPI_SUCCESS) {
+        free(members);
+        return dds_err_mpi(mrc, "MPI_Allgather (node map)");
+    }
+    for (int g = 0; g < s->group_size; g++)
+        s->node_rank_of[g] = -1;
+    for (int i = 0; i < node_size; i++)
+        if (members[i] >= 0 && members[i] < s->group_size)
+            s->node_rank_of[members[i]] = i;
+    free(members);
+    s->node_local = (node_size == s->group_size);
+    return DDS_OK;
+}
+
+static void store_release_comms(dds_store *s)
+{
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return;
+    if (s->node != MPI_COMM_NULL)
+        MPI_Comm_free(&s->node);
+    if (s->group != MPI_COMM_NULL)
+        MPI_Comm_free(&s->group);
+    if (s->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->comm);
+}
+
+static void store_destroy(dds_store *s)
+{
+    s->magic = 0;
+    free(s->node_rank_of);
+    free(s->fabric_name);
+    free(s->handshake_dir);
+    free(s->vars);
+    pthread_rwlock_destroy(&s->vars_lock);
+    free(s);
+}
+
+/* Allocate a store with no MPI resources yet (also used for readers). */
+static dds_store *store_alloc(void)
+{
+    dds_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->magic = DDS_STORE_MAGIC;
+    s->comm = s->group = s->node = MPI_COMM_NULL;
+    pthread_rwlock_init(&s->vars_lock, NULL);
+    return s;
+}
+
+static char *dup_opt(const char *given, const char *env, const char *dflt)
+{
+    const char *v = given ? given : dds_env(env);
+    if (!v)
+        v = dflt;
+    return v ? strdup(v) : NULL;
+}
+
+DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
+{
+    dds_err_clear();
+    if (!out)
+        return dds_err(DDS_EINVAL, "out is NULL");
+    *out = NULL;
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized)
+        return dds_err(DDS_ESTATE, "MPI is not initialised (or already finalized)");
+    if (opts && opts->size < sizeof(uint32_t) + 2 * sizeof(int32_t))
+        return dds_err(DDS_EINVAL, "opts->size %u is too small (use dds_options_init)", opts->size);
+    dds_options o;
+    dds_options_init(&o);
+    if (opts)
+        memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
+
+    MPI_Comm user = MPI_COMM_NULL;
+    int rc = comm_from_fortran(comm_f, &user);
+    if (rc)
+        return rc; /* cannot agree without a communicator: every rank sees the same bad handle */
+
+    dds_store *s = store_alloc();
+    if (!s)
+        return dds_err(DDS_ENOMEM, "out of memory creating the store");
+    int mrc = MPI_Comm_dup(user, &s->comm);
+    if (mrc != MPI_SUCCESS) {
+        rc = dds_err_mpi(mrc, "MPI_Comm_dup");
+        store_destroy(s);
+        return rc;
+    }
+    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(s->comm, &s->rank);
+    MPI_Comm_size(s->comm, &s->size);
+
+    rc = resolve_method(&o, &s->method);
+    if (rc == DDS_OK) {
+        s->width = o.width == 0 ? s->size : o.width;
+        if (o.width < 0 || s->width > s->size || s->size % s->width != 0)
+            rc = dds_err(DDS_EINVAL, "width %d does not divide the communicator size %d", (int)o.width,
+                         s->size);
+    }
+    if (rc == DDS_OK && s->method != 0 && !dds_has_fabric())
+        rc = dds_err(DDS_ENOTSUP,
+                     "method %d needs libfabric, but libddstore was built without it (use method 0)",
+                     s->method);
+    if (rc == DDS_OK) {
+        s->fabric_name = dup_opt(o.fabric, "DDSTORE_FABRIC", NULL);
+        s->handshake_dir = dup_opt(o.handshake_dir, "DDSTORE_HANDSHAKE_DIR", "./ddstore_hs");
+        if (!s->handshake_dir)
+            rc = dds_err(DDS_ENOMEM, "out of memory creating the store");
+    }
+    rc = dds_agree(s->comm, rc);
+    if (rc)
+        goto fail;
+
+    s->group_index = s->rank / s->width;
+    mrc = MPI_Comm_split(s->comm, s->group_index, s->rank, &s->group);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_set_errhandler(s->group, MPI_ERRORS_RETURN);
+    rc = mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Comm_split (groups)");
+    rc = dds_agree(s->comm, rc);
+    if (rc)
+        goto fail;
+    MPI_Comm_rank(s->group, &s->group_rank);
+    MPI_Comm_size(s->group, &s->group_size);
+
+    mrc = MPI_Comm_split_type(s->group, MPI_COMM_TYPE_SHARED, s->group_rank, MPI_INFO_NULL, &s->node);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_set_errhandler(s->node, MPI_ERRORS_RETURN);
+    rc = mrc == MPI_SUCCESS ? map_node_ranks(s) : dds_err_mpi(mrc, "MPI_Comm_split_type (node)");
+    rc = dds_agree(s->comm, rc);
+    if (rc)
+        goto fail;
+
+    rc = dds_shm_probe(s);
+    if (rc)
+        goto fail;
+
+    if (s->method != 0) {
+        rc = dds_fab_open(s);
+        rc = dds_agree(s->comm, rc);
+        if (rc) {
+            dds_fab_close(s);
+            goto fail;
+        }
+    }
+    dds_debug("rank %d: store created: method %d, group %d (%d of %d), node-local %d, shm %d",
+              s->rank, s->method, s->group_index, s->group_rank, s->group_size, (int)s->node_local,
+              (int)s->shm_enabled);
+    dds_store_track(s, true);
+    *out = s;
+    return DDS_OK;
+fail:
+    store_release_comms(s);
+    store_destroy(s);
+    return rc;
+}
+
+static void var_destroy(dds_store *s, dds_var *v)
+{
+    if (!s->is_reader) {
+        if (s->method != 0)
+            dds_fab_var_release(s, v);
+        dds_shard_release(s, v);
+    } else {
+        dds_fab_var_release(s, v);
+    }
+    free(v->offsets);
+    free(v->peer_base);
+    free(v);
+}
+
+DDS_API int dds_free(dds_store *s)
+{
+    if (!s)
+        return DDS_OK;
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    dds_store_track(s, false);
+    int finalized = 0;
+    if (!s->is_reader)
+        MPI_Finalized(&finalized);
+    if (finalized) {
+        /* MPI is gone: its objects cannot be released any more. Keep the
+         * memory (it may belong to MPI) and report. */
+        s->magic = 0;
+        return dds_err(DDS_ESTATE, "MPI was finalized before the store was freed; "
+                                   "free stores before MPI_Finalize");
+    }
+    for (int64_t i = s->nvars - 1; i >= 0; i--)
+        var_destroy(s, s->vars[i]);
+    s->nvars = 0;
+    if (s->method != 0 || s->is_reader)
+        dds_fab_close(s);
+    if (!s->is_reader)
+        store_release_comms(s);
+    store_destroy(s);
+    return DDS_OK;
+}
+
+DDS_API int dds_store_info_get(const dds_store *s, dds_store_info *info)
+{
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (!info || info->size < sizeof(uint32_t))
+        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
+    dds_store_info r = { 0 };
+    r.size = info->size;
+    r.method = s->method;
+    r.is_reader = s->is_reader;
+    r.group_size = s->group_size;
+    if (s->is_reader) {
+        r.rank = r.group_rank = r.group_index = -1;
+    } else {
+        r.rank = s->rank;
+        r.comm_size = s->size;
+        r.group_rank = s->group_rank;
+        r.group_index = s->group_index;
+        r.n_groups = s->size / s->width;
+        r.node_local = s->node_local && s->shm_enabled;
+    }
+    memcpy(info, &r, info->size < sizeof r ? info->size : sizeof r);
+    return DDS_OK;
+}
+
+/* ---- adding variables ------------------------------------------------------------ */
+
+/* Local checks of add/init arguments (no communication). */
+static int check_new_var(dds_store *s, const char *name, const void *data, int64_t nrows,
+                         int64_t row_bytes, bool need_data)
+{
+    int rc = dds_check_name(name);
+    if (rc)
+        return rc;
+    if (nrows < 0)
+        return dds_err(DDS_EINVAL, "variable '%s': negative row count %lld", name, (long long)nrows);
+    if (row_bytes < 1)
+        return dds_err(DDS_EINVAL, "variable '%s': bytes per row must be at least 1 (got %lld)", name,
+                       (long long)row_bytes);
+    if (nrows > 0 && row_bytes > INT64_MAX / nrows)
+        return dds_err(DDS_EOVERFLOW, "variable '%s': %lld rows x %lld bytes overflows 2^63", name,
+                       (long long)nrows, (long long)row_bytes);
+    if (need_data && nrows > 0 && !data)
+        return dds_err(DDS_EINVAL, "variable '%s': data is NULL for %lld rows", name, (long long)nrows);
+    if (dds_var_find(s, name))
+        return dds_err(DDS_EEXIST, "variable '%s' already exists", name);
+    return DDS_OK;
+}
+
+/* All ranks must agree on name, row size and dtype; rank 0 is the reference. */
+static int check_same_everywhere(dds_store *s, int rc, const char *name, int64_t row_bytes,
+                                 uint32_t dtype)
+{
+    struct {
+        char name[DDS_NAME_MAX + 1];
+        int64_t row_bytes;
+        uint32_t dtype;
+    } ref;
+    memset(&ref, 0, sizeof ref);
+    if (s->rank == 0) {
+        if (name)
+            strncpy(ref.name, name, DDS_NAME_MAX);
+        ref.row_bytes = row_bytes;
+        ref.dtype = dtype;
+    }
+    int mrc = MPI_Bcast(&ref, sizeof ref, MPI_BYTE, 0, s->comm);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Bcast (variable metadata)");
+    if (rc)
+        return rc;
+    if (strncmp(ref.name, name, DDS_NAME_MAX) != 0)
+        return dds_err(DDS_EMISMATCH, "variable name '%s' differs from rank 0's '%s'", name, ref.name);
+    if (ref.row_bytes != row_bytes)
+        return dds_err(DDS_EMISMATCH, "variable '%s': %lld bytes per row differs from rank 0's %lld",
+                       name, (long long)row_bytes, (long long)ref.row_bytes);
+    if (ref.dtype != dtype)
+        return dds_err(DDS_EMISMATCH, "variable '%s': dtype tag %u differs from rank 0's %u", name,
+                       dtype, ref.dtype);
+    return DDS_OK;
+}
+
+static int compute_offsets(dds_store *s, dds_var *v)
+{
+    v->offsets = calloc((size_t)s->group_size + 1, sizeof *v->offsets);
+    v->peer_base = calloc((size_t)s->group_size, sizeof *v->peer_base);
+    if (!v->offsets || !v->peer_base)
+        return dds_err(DDS_ENOMEM, "out of memory adding variable '%s'", v->name);
+    int mrc = MPI_Allgather(&v->local_rows, 1, MPI_INT64_T, v->offsets + 1, 1, MPI_INT64_T, s->group);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Allgather (row counts)");
+    for (int r = 0; r < s->group_size; r++) {
+        if (v->offsets[r + 1] > INT64_MAX - v->offsets[r])
+            return dds_err(DDS_EOVERFLOW, "variable '%s': total row count overflows", v->name);
+        v->offsets[r + 1] += v->offsets[r];
+    }
+    int64_t total = v->offsets[s->group_size];
+    if (total == 0)
+        return dds_err(DDS_ERANGE, "variable '%s': the group holds no row at all (every rank passed 0 rows)",
+                       v->name);
+    if (total > INT64_MAX / v->row_bytes)
+        return dds_err(DDS_EOVERFLOW, "variable '%s': %lld rows x %lld bytes overflows 2^63", v->name,
+                       (long long)total, (long long)v->row_bytes);
+    return DDS_OK;
+}
+
+static int shard_alloc_cb(dds_store *s, void *v) { return dds_shard_alloc(s, v); }
+
+static int var_create(dds_store *s, const char *name, const void *data, int64_t nrows,
+                      int64_t row_bytes, uint32_t dtype, bool need_data)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc; /* no communicator to agree over; a freed store is freed on every rank */
+    if (s->is_reader)
+        return dds_err(DDS_ESTATE, "a reader (dds_join) cannot add variables");
+    rc = check_new_var(s, name, data, nrows, row_bytes, need_data);
+    rc = check_same_everywhere(s, rc, name, row_bytes, dtype);
+    rc = dds_agree(s->comm, rc);
+    if (rc)
+        return rc;
+
+    dds_var *v = calloc(1, sizeof *v);
+    if (v) {
+        strncpy(v->name, name, DDS_NAME_MAX);
+        v->dtype = dtype;
+        v->row_bytes = row_bytes;
+        v->local_rows = nrows;
+        v->shm_win = v->win = MPI_WIN_NULL;
+        rc = compute_offsets(s, v);
+    } else {
+        rc = dds_err(DDS_ENOMEM, "out of memory adding variable '%s'", name);
+    }
+    rc = dds_agree(s->comm, rc);
+    if (rc == DDS_OK) {
+        rc = dds_for_each_group(s, shard_alloc_cb, v);
+        rc = dds_agree(s->comm, rc);
+        if (rc)
+            v->base = NULL; /* dds_shard_alloc cleaned up after itself */
+    }
+    if (rc == DDS_OK) {
+        size_t bytes = (size_t)(nrows * row_bytes);
+        if (need_data && bytes)
+            memcpy(v->base, data, bytes);
+        else if (bytes)
+            memset(v->base, 0, bytes);
+        if (s->method != 0) {
+            rc = dds_fab_var_expose(s, v);
+            rc = dds_agree(s->comm, rc);
+            if (rc)
+                dds_shard_release(s, v);
+        }
+    }
+    if (rc == DDS_OK) {
+        rc = dds_rma_sync_local(s, v);
+        rc = dds_agree(s->comm, rc); /* also a barrier: no rank reads before every shard is written */
+        if (rc) {
+            if (s->method != 0)
+                dds_fab_var_release(s, v);
+            dds_shard_release(s, v);
+        }
+    }
+    if (rc == DDS_OK)
+        rc = dds_var_append(s, v);
+    if (rc && v) {
+        free(v->offsets);
+        free(v->peer_base);
+        free(v);
+    }
+    return rc;
+}
+
+DDS_API int dds_add(dds_store *s, const char *name, const void *data, int64_t nrows,
+                    int64_t row_bytes, uint32_t dtype)
+{
+    return var_create(s, name, data, nrows, row_bytes, dtype, true);
+}
+
+DDS_API int dds_init(dds_store *s, const char *name, int64_t nrows, int64_t row_bytes, uint32_t dtype)
+{
+    return var_create(s, name, NULL, nrows, row_bytes, dtype, false);
+}
+
+DDS_API int dds_update(dds_store *s, const char *name, const void *data, int64_t nrows, int64_t offset)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (s->is_reader)
+        return dds_err(DDS_ESTATE, "a reader (dds_join) cannot update variables");
+    dds_var *v = dds_var_lookup(s, name);
+    if (!v)
+        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
+    if (nrows < 0 || offset < 0)
+        return dds_err(DDS_EINVAL, "variable '%s': negative row count or offset", name);
+    if (offset > v->local_rows || nrows > v->local_rows - offset)
+        return dds_err(DDS_ERANGE,
+                       "variable '%s': rows [%lld, %lld) are outside this rank's %lld local rows", name,
+                       (long long)offset, (long long)(offset + nrows), (long long)v->local_rows);
+    if (nrows > 0 && !data)
+        return dds_err(DDS_EINVAL, "variable '%s': data is NULL", name);
+    if (nrows)
+        memcpy(v->base + offset * v->row_bytes, data, (size_t)(nrows * v->row_bytes));
+    return DDS_OK;
+}
+
+/* ---- queries --------------------------------------------------------------------- */
+
+static const dds_var *query_var(const dds_store *s, const char *name, int *rc)
+{
+    *rc = dds_store_check(s);
+    if (*rc)
+        return NULL;
+    *rc = dds_check_name(name);
+    if (*rc)
+        return NULL;
+    const dds_var *v = dds_var_find(s, name);
+    if (!v)
+        *rc = dds_err(DDS_ENOENT, "no variable named '%s' in this store", name);
+    return v;
+}
+
+DDS_API int dds_query(const dds_store *s, const char *name, dds_var_info *info)
+{
+    int rc;
+    const dds_var *v = query_var(s, name, &rc);
+    if (!v)
+        return rc;
+    if (!info || info->size < sizeof(uint32_t))
+        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
+    dds_var_info r = { 0 };
+    r.size = info->size;
+    r.dtype = v->dtype;
+    r.global_rows = v->offsets[s->group_size];
+    r.row_bytes = v->row_bytes;
+    r.group_size = s->group_size;
+    if (!s->is_reader) {
+        r.local_rows = v->local_rows;
+        r.first_row = v->offsets[s->group_rank];
+    }
+    memcpy(info, &r, info->size < sizeof r ? info->size : sizeof r);
+    return DDS_OK;
+}
+
+DDS_API int dds_var_offsets(const dds_store *s, const char *name, int64_t *offsets, int64_t n)
+{
+    int rc;
+    const dds_var *v = query_var(s, name, &rc);
+    if (!v)
+        return rc;
+    if (!offsets)
+        return dds_err(DDS_EINVAL, "offsets is NULL");
+    if (n < s->group_size + 1)
+        return dds_err(DDS_ERANGE, "offsets holds %lld entries, %d needed", (long long)n,
+                       s->group_size + 1);
+    memcpy(offsets, v->offsets, ((size_t)s->group_size + 1) * sizeof *offsets);
+    return DDS_OK;
+}
+
+DDS_API int dds_var_count(const dds_store *s, int64_t *count)
+{
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (!count)
+        return dds_err(DDS_EINVAL, "count is NULL");
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
+    *count = s->nvars;
+    pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
+    return DDS_OK;
+}
+
+DDS_API int dds_var_name(const dds_store *s, int64_t index, char *buf, size_t buflen)
+{
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (!buf)
+        return dds_err(DDS_EINVAL, "buf is NULL");
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
+    if (index < 0 || index >= s->nvars)
+        rc = dds_err(DDS_ERANGE, "variable index %lld is out of range [0, %lld)", (long long)index,
+                     (long long)s->nvars);
+    else if (strlen(s->vars[index]->name) >= buflen)
+        rc = dds_err(DDS_ERANGE, "buffer of %zu bytes is too small for the name", buflen);
+    else
+        strcpy(buf, s->vars[index]->name);
+    pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
+    return rc;
+}
+
+DDS_API int dds_stats(const dds_store *s, dds_stats_info *info)
+{
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (!info || info->size < sizeof(uint32_t))
+        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
+    dds_stats_info r = { 0 };
+    r.size = info->size;
+    r.read_calls = atomic_load(&s->st_calls);
+    r.rows_local = atomic_load(&s->st_rows_local);
+    r.rows_remote = atomic_load(&s->st_rows_remote);
+    r.bytes_local = atomic_load(&s->st_bytes_local);
+    r.bytes_remote = atomic_load(&s->st_bytes_remote);
+    r.read_seconds = (double)atomic_load(&s->st_read_ns) * 1e-9;
+    memcpy(info, &r, info->size < sizeof r ? info->size : sizeof r);
+    return DDS_OK;
+}
+
+DDS_API int dds_stats_reset(dds_store *s)
+{
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    atomic_store(&s->st_calls, 0);
+    atomic_store(&s->st_rows_local, 0);
+    atomic_store(&s->st_rows_remote, 0);
+    atomic_store(&s->st_bytes_local, 0);
+    atomic_store(&s->st_bytes_remote, 0);
+    atomic_store(&s->st_read_ns, 0);
+    return DDS_OK;
+}
+
+/* ---- readers (method 2) ---------------------------------------------------------- */
+
+DDS_API int dds_join(dds_store **out, const char *handshake_dir, int n_core, double timeout_s)
+{
+    dds_err_clear();
+    if (!out)
+        return dds_err(DDS_EINVAL, "out is NULL");
+    *out = NULL;
+    return dds_fab_join(out, handshake_dir, n_core, timeout_s);
+}
+
+DDS_API int dds_attach(dds_store *s, const char *name)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    rc = dds_check_name(name);
+    if (rc)
+        return rc;
+    if (!s->is_reader)
+        return dds_var_find(s, name) ? DDS_OK
+                                     : dds_err(DDS_ENOENT, "no variable named '%s' in this store", name);
+    if (dds_var_find(s, name))
+        return DDS_OK;
+    return dds_fab_attach(s, name);
+}
