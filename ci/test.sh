@@ -38,7 +38,7 @@ pytest_suite() { # pytest_suite <dir> <timeout> <ranks...> ; env from caller
   [ -d "$dir" ] || return 0
   ls "$dir"/test_*.py >/dev/null 2>&1 || return 0
   for n in "$@"; do
-    run "pytest $dir np=$n ${SUITE_ENV:-}" "$t" env ${SUITE_ENV:-} mpiexec -n "$n" python tests/python/run_pytest.py -q "$dir"
+    run "pytest $dir np=$n ${SUITE_ENV:-}" "$t" env ${SUITE_ENV:-} mpiexec -n "$n" python tests/python/run_pytest.py -q --color=no "$dir"
   done
 }
 pytest_suite tests/python/core 300 1 2 3 4
