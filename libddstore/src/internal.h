@@ -108,12 +108,11 @@ DDS_HIDDEN int dds_owner_of(const dds_var *v, int group_size, int64_t row);
  * failing rank's code on every rank, with its message ("rank k: ..."). */
 DDS_HIDDEN int dds_agree(MPI_Comm comm, int rc);
 
-/* Run fn(s, arg) group after group, with a barrier over s->comm between
- * groups. Window creation goes through it: Open MPI names the backing files
- * of windows by communicator id, which groups split from one communicator
- * share, so concurrent creation in several groups collides
- * (open-mpi/ompi#9492). Collective over s->comm. */
-DDS_HIDDEN int dds_for_each_group(dds_store *s, int (*fn)(dds_store *, void *), void *arg);
+/* Run fn(s, arg), which creates MPI windows over s->group, while no other
+ * group on this node creates windows (winlock.c; works around Open MPI's
+ * backing-file collision between communicators split from one parent,
+ * open-mpi/ompi#9492). Collective over s->group. */
+DDS_HIDDEN int dds_with_window_lock(dds_store *s, int (*fn)(dds_store *, void *), void *arg);
 
 /* Environment helpers. */
 DDS_HIDDEN const char *dds_env(const char *name);

@@ -39,7 +39,7 @@ int dds_shm_probe(dds_store *s)
     }
     /* Some MPIs (or their configuration) cannot allocate shared windows:
      * try once with a tiny window and fall back to private memory. */
-    int ok = dds_for_each_group(s, probe_shared, NULL) == DDS_OK;
+    int ok = dds_with_window_lock(s, probe_shared, NULL) == DDS_OK;
     int all_ok = 0;
     mrc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s->comm);
     if (mrc != MPI_SUCCESS)

@@ -193,22 +193,6 @@ int dds_owner_of(const dds_var *v, int group_size, int64_t row)
     return lo;
 }
 
-int dds_for_each_group(dds_store *s, int (*fn)(dds_store *, void *), void *arg)
-{
-    int n_groups = s->size / s->width;
-    int rc = DDS_OK;
-    for (int k = 0; k < n_groups; k++) {
-        if (k == s->group_index)
-            rc = fn(s, arg);
-        if (n_groups > 1) {
-            int mrc = MPI_Barrier(s->comm);
-            if (mrc != MPI_SUCCESS && rc == DDS_OK)
-                rc = dds_err_mpi(mrc, "MPI_Barrier (window creation)");
-        }
-    }
-    return rc;
-}
-
 /* ---- store lifecycle ---------------------------------------------------------- */
 
 DDS_API void dds_options_init(dds_options *opts)
@@ -621,7 +605,7 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
     }
     rc = dds_agree(s->comm, rc);
     if (rc == DDS_OK) {
-        rc = dds_for_each_group(s, shard_alloc_cb, v);
+        rc = dds_with_window_lock(s, shard_alloc_cb, v);
         rc = dds_agree(s->comm, rc);
         if (rc)
             v->base = NULL; /* dds_shard_alloc cleaned up after itself */
