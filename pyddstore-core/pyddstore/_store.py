@@ -1,0 +1,1019 @@
+"""PyDDStore: the Python face of a libddstore store.
+
+Every argument is checked here before libddstore is called, so no Python
+input can make the C library touch memory it must not. Collective calls
+(constructor, add, init) first agree across ranks on whether every rank's
+arguments are valid, so a bad argument on one rank raises on every rank
+instead of leaving the others waiting in a collective.
+"""
+
+import atexit
+import ctypes
+import operator
+import os
+import sys
+import threading
+from typing import NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from . import _lib
+from ._errors import (
+    DDS_EEXIST,
+    DDS_EINVAL,
+    DDS_EMISMATCH,
+    DDS_ENOENT,
+    DDS_ENOTSUP,
+    DDS_EOVERFLOW,
+    DDS_ERANGE,
+    DDS_ESTATE,
+    DDStoreError,
+    DDStoreKeyError,
+    DDStoreNotSupportedError,
+    DDStoreRangeError,
+    DDStoreStateError,
+    DDStoreTypeError,
+    DDStoreValueError,
+    make_error,
+)
+
+_c = _lib.lib
+
+_INT64_MAX = (1 << 63) - 1
+
+# (kind, itemsize) of native numpy dtypes -> enum dds_dtype tag.
+_TAG_OF_KIND = {
+    ("b", 1): 1,
+    ("u", 1): 2,
+    ("i", 1): 3,
+    ("i", 2): 4,
+    ("u", 2): 5,
+    ("i", 4): 6,
+    ("u", 4): 7,
+    ("i", 8): 8,
+    ("u", 8): 9,
+    ("f", 2): 10,
+    ("f", 4): 11,
+    ("f", 8): 12,
+}
+_DTYPE_OF_TAG = {
+    1: np.dtype(np.bool_),
+    2: np.dtype(np.uint8),
+    3: np.dtype(np.int8),
+    4: np.dtype(np.int16),
+    5: np.dtype(np.uint16),
+    6: np.dtype(np.int32),
+    7: np.dtype(np.uint32),
+    8: np.dtype(np.int64),
+    9: np.dtype(np.uint64),
+    10: np.dtype(np.float16),
+    11: np.dtype(np.float32),
+    12: np.dtype(np.float64),
+}
+_TAG_BFLOAT16 = 13
+SUPPORTED_DTYPES = tuple(d.name for d in _DTYPE_OF_TAG.values())
+
+
+def dtype_tag(dtype):
+    """Return the dds_dtype tag of numpy `dtype`, or None when it has none."""
+    dt = np.dtype(dtype)
+    if dt.name == "bfloat16" and dt.itemsize == 2:  # ml_dtypes.bfloat16
+        return _TAG_BFLOAT16
+    if dt.fields is not None or dt.subdtype is not None or not dt.isnative:
+        return None
+    return _TAG_OF_KIND.get((dt.kind, dt.itemsize))
+
+
+def dtype_of_tag(tag):
+    """Return the numpy dtype of dds_dtype `tag`; None for raw bytes (0) or
+    a dtype numpy cannot represent here (bfloat16 without ml_dtypes)."""
+    if tag == _TAG_BFLOAT16:
+        try:
+            import ml_dtypes
+        except ImportError:
+            return None
+        return np.dtype(ml_dtypes.bfloat16)
+    return _DTYPE_OF_TAG.get(tag)
+
+
+class VarInfo(NamedTuple):
+    """Description of a variable, from :meth:`PyDDStore.query`.
+
+    ``dtype`` is None for a raw-bytes variable (from ``init``); ``row_shape``
+    is the trailing shape given to ``add`` on this process, None when not
+    known here (``init`` variables, reader stores); ``offsets[k]`` is the
+    first global row of group rank k's shard and ``offsets[-1]`` the total.
+    """
+
+    name: str
+    global_rows: int
+    local_rows: int
+    row_bytes: int
+    dtype: Optional[np.dtype]
+    row_shape: Optional[Tuple[int, ...]]
+    offsets: np.ndarray
+    first_row: int
+
+
+class _Var:
+    """Cached metadata of one variable (variables never change shape)."""
+
+    __slots__ = ("name", "bname", "tag", "dtype", "row_bytes", "global_rows", "local_rows",
+                 "first_row", "offsets", "row_shape", "disp", "itemsize")
+
+    def describe(self):
+        """What rows of this variable look like, for error messages."""
+        kind = self.dtype.name if self.dtype is not None else "raw"
+        shape = f", row shape {self.row_shape}" if self.row_shape is not None else ""
+        return f"{kind} rows of {self.row_bytes} bytes{shape}"
+
+
+# ---- MPI, process lifetime ----------------------------------------------------
+
+_MPI = None
+_live = []  # handles not yet freed, in creation order (see _free_at_exit)
+_live_lock = threading.Lock()
+_forked = False
+
+
+def _mpi():
+    """mpi4py.MPI, imported on first use so that `import pyddstore` leaves
+    mpi4py.rc settable; importing it initialises MPI."""
+    global _MPI
+    if _MPI is None:
+        from mpi4py import MPI
+
+        _MPI = MPI
+        # mpi4py finalises MPI from Py_AtExit, which runs after every atexit
+        # handler, so stores are freed while MPI is still usable.
+        atexit.register(_free_at_exit)
+    return _MPI
+
+
+def _after_fork_in_child():
+    global _forked
+    _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _free_at_exit():
+    """Free, collectively and in creation order, the stores the program did
+    not free itself, so their MPI windows go before MPI_Finalize.
+
+    Skipped after an uncaught exception: the other ranks are not at exit, so
+    a collective would turn a crash into a hang.
+    """
+    if getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None:
+        return
+    with _live_lock:
+        handles = list(_live)
+    for h in handles:
+        try:
+            h.free()
+        except Exception as e:  # noqa: BLE001 - report and keep freeing the others
+            print(f"pyddstore: freeing a store at exit failed: {e}", file=sys.stderr)
+
+
+class _Handle:
+    """Owner of one dds_store pointer and the communicators made for it.
+
+    Reads take the handle for the duration of the C call; free() waits until
+    no call is in flight, so a read in another thread never sees freed memory.
+    """
+
+    def __init__(self, ptr, collective, comms=()):
+        self.ptr = ptr
+        self.collective = collective  # dds_free is collective (store from dds_create)
+        self.comms = list(comms)      # mpi4py communicators to Free after dds_free
+        self.pid = os.getpid()
+        self._cv = threading.Condition(threading.Lock())
+        self._busy = 0
+        self._closing = False
+        with _live_lock:
+            _live.append(self)
+
+    def __enter__(self):
+        if _forked and self.pid != os.getpid():
+            raise DDStoreStateError(
+                "this store was created in the parent process; a store cannot be used after "
+                "fork() (use threads, e.g. pyddstore.torch.ThreadDataLoader, or num_workers=0)",
+                DDS_ESTATE)
+        with self._cv:
+            if self.ptr is None or self._closing:
+                raise DDStoreStateError("the store has been freed", DDS_ESTATE)
+            self._busy += 1
+            return self.ptr
+
+    def __exit__(self, *exc):
+        with self._cv:
+            self._busy -= 1
+            if self._busy == 0:
+                self._cv.notify_all()
+        return False
+
+    @property
+    def live(self):
+        """True until free() has started."""
+        return self.ptr is not None and not self._closing
+
+    def free(self):
+        """Free the C store (collective for core stores); idempotent."""
+        if _forked and self.pid != os.getpid():
+            return  # the parent owns it; MPI/fabric state is not ours to touch
+        with self._cv:
+            if self.ptr is None:
+                return
+            if self._closing:  # another thread is freeing it
+                while self.ptr is not None:
+                    self._cv.wait()
+                return
+            self._closing = True
+            while self._busy:
+                self._cv.wait()
+            ptr = self.ptr
+        rc = 0
+        msg = ""
+        try:
+            mpi_gone = self.collective and (_MPI is None or _MPI.Is_finalized())
+            if not mpi_gone:
+                rc = _c.dds_free(ptr)
+                if rc:
+                    msg = _lib.last_error(rc)
+                for comm in self.comms:
+                    try:
+                        comm.Free()
+                    except Exception:  # noqa: BLE001 - already freed by the user
+                        pass
+            # After MPI_Finalize nothing can be released: the process is ending.
+        finally:
+            with self._cv:
+                self.ptr = None
+                self._closing = False
+                self.comms = []
+                self._cv.notify_all()
+            with _live_lock:
+                try:
+                    _live.remove(self)
+                except ValueError:
+                    pass
+        if rc:
+            raise make_error(rc, msg)
+
+
+# ---- argument checks ---------------------------------------------------------------
+
+
+def _encode_name(name):
+    """Validate a variable name; return it as NUL-terminated-safe UTF-8 bytes."""
+    if not isinstance(name, str):
+        raise DDStoreTypeError(f"variable name must be a str, got {type(name).__name__}", DDS_EINVAL)
+    try:
+        b = name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DDStoreValueError(f"variable name {name!r} is not valid UTF-8: {e}", DDS_EINVAL) from None
+    if not b or len(b) > _lib.NAME_MAX or b"\0" in b:
+        raise DDStoreValueError(
+            f"variable name {name!r} must be 1 to {_lib.NAME_MAX} UTF-8 bytes without NUL characters",
+            DDS_EINVAL)
+    return b
+
+
+def _index(x, what):
+    """x as a Python int (numpy integers accepted, floats and bools refused)."""
+    if isinstance(x, (bool, np.bool_)):
+        raise DDStoreTypeError(f"{what} must be an integer, got a bool", DDS_EINVAL)
+    try:
+        return operator.index(x)
+    except TypeError:
+        raise DDStoreTypeError(f"{what} must be an integer, got {type(x).__name__}", DDS_EINVAL) from None
+
+
+def _to_array(obj, what, name, output):
+    """View `obj` as a numpy array without copying.
+
+    Outputs must already be writable C-contiguous memory: a copy would
+    silently swallow the data read into it.
+    """
+    if isinstance(obj, np.ndarray):
+        arr = obj
+    else:
+        dev = getattr(obj, "device", None)
+        dev_type = getattr(dev, "type", None)
+        if hasattr(obj, "__cuda_array_interface__") or (dev_type is not None and dev_type != "cpu"):
+            raise DDStoreNotSupportedError(
+                f"{what} for variable {name!r} is device memory ({dev}); this pyddstore reads and "
+                "writes host memory only: pass a CPU array", DDS_ENOTSUP)
+        try:
+            arr = np.asarray(obj)
+        except Exception as e:  # noqa: BLE001 - any conversion failure is a type error here
+            raise DDStoreTypeError(
+                f"{what} for variable {name!r} must be a numpy array or expose the buffer/array "
+                f"interface; {type(obj).__name__} does not convert: {e}", DDS_EINVAL) from None
+        if output and arr.flags.owndata:
+            raise DDStoreTypeError(
+                f"{what} for variable {name!r} must be writable memory (numpy array, CPU tensor, "
+                f"bytearray); a {type(obj).__name__} would be copied and the data lost", DDS_EINVAL)
+    if arr.dtype.hasobject:
+        raise DDStoreTypeError(
+            f"{what} for variable {name!r} has dtype {arr.dtype}, which holds Python objects; "
+            f"use one of {', '.join(SUPPORTED_DTYPES)}", DDS_EINVAL)
+    if arr.ndim == 0:
+        raise DDStoreValueError(
+            f"{what} for variable {name!r} is 0-dimensional; rows run along the first axis, "
+            "so pass at least a 1-D array (e.g. arr.reshape(1))", DDS_EINVAL)
+    if output:
+        if not arr.flags.c_contiguous:
+            raise DDStoreValueError(
+                f"{what} for variable {name!r} is not C-contiguous (strides {arr.strides}); "
+                "read into np.ascontiguousarray-allocated memory and copy from there", DDS_EINVAL)
+        if not arr.flags.writeable:
+            raise DDStoreValueError(f"{what} for variable {name!r} is read-only", DDS_EINVAL)
+    elif not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)  # inputs are copied by the store anyway
+    return arr
+
+
+def _row_bytes(arr):
+    n = arr.itemsize
+    for d in arr.shape[1:]:
+        n *= d
+    return n
+
+
+def _check_rows_match(v, arr, what):
+    """Check dtype and row size of `arr` against variable `v`."""
+    if v.dtype is not None or v.tag != 0:
+        if dtype_tag(arr.dtype) != v.tag:
+            expect = v.dtype.name if v.dtype is not None else f"dtype tag {v.tag}"
+            raise DDStoreTypeError(
+                f"variable {v.name!r} holds {expect} rows; {what} has dtype {arr.dtype}", DDS_EINVAL)
+    rb = _row_bytes(arr)
+    if rb != v.row_bytes:
+        raise DDStoreValueError(
+            f"variable {v.name!r} has {v.describe()}; {what} of shape {arr.shape} and dtype "
+            f"{arr.dtype} has rows of {rb} bytes (the first axis counts rows)", DDS_EINVAL)
+
+
+def _int64_array(x, what, name):
+    """x as a 1-D C-contiguous int64 array; only integer input accepted."""
+    a = np.asarray(x)
+    if a.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if a.ndim != 1:
+        raise DDStoreValueError(f"{what} for variable {name!r} must be 1-D, got shape {a.shape}",
+                                DDS_EINVAL)
+    if a.dtype.kind not in "iu":
+        raise DDStoreTypeError(f"{what} for variable {name!r} must hold integers, got {a.dtype}",
+                               DDS_EINVAL)
+    if a.dtype.kind == "u" and a.dtype.itemsize >= 8 and int(a.max()) > _INT64_MAX:
+        raise DDStoreRangeError(f"{what} for variable {name!r} holds a value beyond 2**63-1",
+                                DDS_ERANGE)
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _address(arr):
+    return arr.__array_interface__["data"][0]
+
+
+# ---- the store ----------------------------------------------------------------
+
+
+class PyDDStore:
+    """A distributed in-memory store of row-indexed variables.
+
+    ``PyDDStore(comm=None, method=None, ddstore_width=None, *, handshake_dir=None,
+    fabric=None, n_core=None)``
+
+    * comm: mpi4py intra-communicator of the ranks holding the data
+      (default ``MPI.COMM_WORLD``). Collective over it.
+    * method: 0 MPI RMA, 1 libfabric, 2 libfabric with a file handshake;
+      default ``DDSTORE_METHOD`` or 0.
+    * ddstore_width: ranks per group (consecutive ranks; each group holds its
+      own full copy); default the whole communicator. Must divide comm's size.
+    * handshake_dir, fabric: method 2 directory and libfabric provider
+      (defaults ``DDSTORE_HANDSHAKE_DIR``, ``DDSTORE_FABRIC``).
+    * ``PyDDStore(None, method=2, handshake_dir=d, n_core=N)`` (comm None
+      with method 2 or n_core given) is a method-2 *reader* with no MPI: see
+      :func:`pyddstore.join`; attach variables with :meth:`join`.
+
+    Compatible with code written for the original DDStore: ``PyDDStore(comm)``,
+    ``add/init/update/get/epoch_begin/epoch_end/free`` with the same
+    positional arguments. The object is always truthy. Free it with
+    :meth:`free` (collective); stores left unfreed are freed collectively at
+    interpreter exit, never from a garbage collector.
+    """
+
+    def __init__(self, comm=None, method=None, ddstore_width=None, *, handshake_dir=None,
+                 fabric=None, n_core=None, _timeout=None):
+        self._h = None
+        self._vars = {}
+        self._recv = {}
+        self.comm = None
+        self.group_comm = None
+        if comm is None and (method == 2 or (method is None and n_core is not None)):
+            self._init_reader(handshake_dir, n_core, _timeout, ddstore_width, fabric)
+        else:
+            self._init_core(comm, method, ddstore_width, handshake_dir, fabric, n_core)
+
+    # -- construction
+
+    def _init_core(self, comm, method, width, handshake_dir, fabric, n_core):
+        MPI = _mpi()
+        if comm is None:
+            comm = MPI.COMM_WORLD
+        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+            raise DDStoreTypeError(
+                f"comm must be an mpi4py intra-communicator (e.g. MPI.COMM_WORLD or one from "
+                f"comm.Split), got {comm!r}", DDS_EINVAL)
+        rank, size = comm.Get_rank(), comm.Get_size()
+        ctl = comm.Dup()  # private channel for argument agreement
+        err = None
+        try:
+            m = -1 if method is None else _index(method, "method")
+            if m not in (-1, 0, 1, 2):
+                raise DDStoreValueError(f"method must be 0, 1 or 2 (or None for DDSTORE_METHOD), got {m}",
+                                        DDS_EINVAL)
+            w = size if width is None else _index(width, "ddstore_width")
+            if w < 1 or w > size or size % w:
+                raise DDStoreValueError(
+                    f"ddstore_width={w} must divide the communicator size {size} "
+                    "(groups are consecutive ranks of equal size)", DDS_EINVAL)
+            if n_core is not None:
+                raise DDStoreValueError(
+                    "n_core is for method-2 readers (PyDDStore(None, method=2, n_core=N)); a store "
+                    "over a communicator has its ranks as core", DDS_EINVAL)
+            for label, val in (("handshake_dir", handshake_dir), ("fabric", fabric)):
+                if val is not None and not isinstance(val, (str, os.PathLike)):
+                    raise DDStoreTypeError(f"{label} must be a str or path, got {type(val).__name__}",
+                                           DDS_EINVAL)
+        except DDStoreError as e:
+            err = e
+        try:
+            self._agree(ctl, err, ("create", m if err is None else None, w if err is None else None))
+        except BaseException:
+            ctl.Free()
+            raise
+        group_comm = comm.Split(rank // w, rank)
+        opts = _lib.Options()
+        _c.dds_options_init(ctypes.byref(opts))
+        opts.method = m
+        opts.width = w
+        keep = []
+        if fabric is not None:
+            keep.append(os.fsencode(fabric))
+            opts.fabric = keep[-1]
+        if handshake_dir is not None:
+            keep.append(os.fsencode(handshake_dir))
+            opts.handshake_dir = keep[-1]
+        ptr = ctypes.c_void_p()
+        rc = _c.dds_create(ctypes.byref(ptr), comm.py2f(), ctypes.byref(opts))
+        if rc:
+            msg = _lib.last_error(rc)
+            group_comm.Free()
+            ctl.Free()
+            raise make_error(rc, msg)
+        self._h = _Handle(ptr.value, True, (group_comm, ctl))
+        self._ctl = ctl
+        self.comm = comm
+        self.group_comm = group_comm
+        self._load_info()
+
+    def _init_reader(self, handshake_dir, n_core, timeout, width, fabric):
+        if width is not None:
+            raise DDStoreValueError("ddstore_width does not apply to a method-2 reader", DDS_EINVAL)
+        if fabric is not None:
+            raise DDStoreValueError(
+                "a reader takes its provider from the handshake (or DDSTORE_FABRIC), not fabric=",
+                DDS_EINVAL)
+        n = 0 if n_core is None else _index(n_core, "n_core")
+        if n_core is not None and n < 1:
+            raise DDStoreValueError(f"n_core must be >= 1, got {n}", DDS_EINVAL)
+        t = -1.0
+        if timeout is not None:
+            try:
+                t = float(timeout)
+            except (TypeError, ValueError):
+                raise DDStoreTypeError(f"timeout must be a number of seconds, got {timeout!r}",
+                                       DDS_EINVAL) from None
+            if not t >= 0:
+                raise DDStoreValueError(f"timeout must be >= 0 seconds, got {timeout}", DDS_EINVAL)
+        hs = None if handshake_dir is None else os.fsencode(handshake_dir)
+        ptr = ctypes.c_void_p()
+        rc = _c.dds_join(ctypes.byref(ptr), hs, n, t)
+        if rc:
+            raise make_error(rc, _lib.last_error(rc))
+        self._h = _Handle(ptr.value, False)
+        self._ctl = None
+        self._load_info()
+
+    def _load_info(self):
+        info = _lib.StoreInfo()
+        info.size = ctypes.sizeof(info)
+        with self._h as ptr:
+            rc = _c.dds_store_info_get(ptr, ctypes.byref(info))
+        if rc:
+            raise make_error(rc, _lib.last_error(rc))
+        self.method = info.method
+        self.rank = info.rank
+        self.size = info.comm_size
+        self.group_rank = info.group_rank
+        self.group_size = info.group_size
+        self.group_index = info.group_index
+        self.n_groups = info.n_groups
+        self.is_reader = bool(info.is_reader)
+        self.node_local = bool(info.node_local)
+        self.width = info.group_size
+        # Method-0 batched reads are group-collective (see dds_get_batch).
+        self._collective_reads = self.method == 0 and not self.is_reader
+
+    # -- helpers
+
+    @staticmethod
+    def _agree(comm, err, what):
+        """Exchange every rank's verdict on a collective call's arguments and
+        the value `what` that all ranks must agree on; raise on every rank
+        when one failed or they disagree."""
+        mine = None if err is None else (type(err).__name__, err.code, str(err))
+        verdicts = comm.allgather((mine, what))
+        if err is not None:
+            raise err
+        for r, (theirs, _) in enumerate(verdicts):
+            if theirs is not None:
+                cls = {c.__name__: c for c in (DDStoreError, DDStoreValueError, DDStoreKeyError,
+                                                DDStoreTypeError, DDStoreRangeError,
+                                                DDStoreStateError, DDStoreNotSupportedError)}
+                raise cls.get(theirs[0], DDStoreError)(f"rank {r}: {theirs[2]}", theirs[1])
+        first = verdicts[0][1]
+        for r, (_, w) in enumerate(verdicts):
+            if w != first:
+                raise DDStoreValueError(
+                    f"ranks disagree on a value that must agree: rank 0 has {first}, rank {r} has {w}",
+                    DDS_EMISMATCH)
+
+    def _raise(self, rc):
+        raise make_error(rc, _lib.last_error(rc))
+
+    def _require_core(self, what):
+        if self._h is None:
+            raise DDStoreStateError("the store was not created", DDS_ESTATE)
+        if self.is_reader:
+            raise DDStoreStateError(
+                f"{what}() needs a store over a communicator; this is a method-2 reader, which "
+                "only reads", DDS_ESTATE)
+        if not self._h.live:
+            raise DDStoreStateError(f"{what}() on a freed store", DDS_ESTATE)
+
+    def _var(self, name):
+        """Metadata of `name`; raises on a freed store before any other check."""
+        h = self._h
+        if h is None or h.ptr is None or h._closing:
+            raise DDStoreStateError(f"call on a freed store (variable {name!r})", DDS_ESTATE)
+        try:
+            return self._vars[name]
+        except (KeyError, TypeError):
+            return self._load_var(name, None)
+
+    def _load_var(self, name, row_shape, disp_itemsize=None):
+        bname = _encode_name(name)
+        if self._h is None:
+            raise DDStoreStateError("the store was not created", DDS_ESTATE)
+        ci = _lib.VarInfoC()
+        ci.size = ctypes.sizeof(ci)
+        with self._h as ptr:
+            rc = _c.dds_query(ptr, bname, ctypes.byref(ci))
+            if rc == DDS_ENOENT:
+                raise DDStoreKeyError(
+                    f"no variable {name!r} in this store (it has: {', '.join(map(repr, self.names())) or 'none'})",
+                    DDS_ENOENT)
+            if rc:
+                self._raise(rc)
+            offsets = np.zeros(ci.group_size + 1, dtype=np.int64)
+            rc = _c.dds_var_offsets(ptr, bname, offsets.ctypes.data, offsets.size)
+            if rc:
+                self._raise(rc)
+        v = _Var()
+        v.name = name
+        v.bname = bname
+        v.tag = ci.dtype
+        v.dtype = dtype_of_tag(ci.dtype)
+        v.row_bytes = ci.row_bytes
+        v.global_rows = ci.global_rows
+        v.local_rows = ci.local_rows
+        v.first_row = ci.first_row
+        v.offsets = offsets
+        v.row_shape = row_shape
+        if disp_itemsize is None:
+            isz = v.dtype.itemsize if v.dtype is not None else 1
+            disp_itemsize = (v.row_bytes // isz, isz)
+        v.disp, v.itemsize = disp_itemsize
+        self._vars[name] = v
+        return v
+
+    # -- variables
+
+    def add(self, name, arr):
+        """Add variable `name` from this rank's rows `arr` (collective over comm).
+
+        `arr`: numpy array (or anything with the buffer/array interface) whose
+        first axis counts rows; 1-D means one value per row. Ranks may hold
+        zero rows; trailing shape and dtype must agree across ranks. The store
+        keeps its own copy. Raises on every rank when any rank's arguments
+        are bad (duplicate or invalid name, unsupported dtype, mismatch).
+        """
+        self._require_core("add")
+        err = None
+        agreed = None
+        try:
+            bname = _encode_name(name)
+            if name in self._vars:
+                raise DDStoreValueError(f"variable {name!r} already exists in this store", DDS_EEXIST)
+            a = _to_array(arr, "array", name, output=False)
+            tag = dtype_tag(a.dtype)
+            if tag is None:
+                raise DDStoreTypeError(
+                    f"variable {name!r}: dtype {a.dtype} is not supported; use one of "
+                    f"{', '.join(SUPPORTED_DTYPES)} (native byte order)", DDS_EINVAL)
+            rb = _row_bytes(a)
+            if rb < 1:
+                raise DDStoreValueError(f"variable {name!r}: rows of shape {a.shape[1:]} hold no bytes",
+                                        DDS_EINVAL)
+            if a.shape[0] > _INT64_MAX // rb:
+                raise DDStoreValueError(f"variable {name!r}: {a.shape[0]} rows of {rb} bytes overflow",
+                                        DDS_EOVERFLOW)
+            agreed = (name, tuple(a.shape[1:]), a.dtype.str)
+        except DDStoreError as e:
+            err = e
+        self._agree(self._ctl, err, agreed)
+        nrows = a.shape[0]
+        with self._h as ptr:
+            rc = _c.dds_add(ptr, bname, a.ctypes.data if nrows else None, nrows, rb, tag)
+        if rc:
+            self._raise(rc)
+        self._load_var(name, tuple(a.shape[1:]))
+
+    def init(self, name, nrows, disp, itemsize=1):
+        """Allocate variable `name` of `nrows` zero-filled local rows of
+        `disp * itemsize` bytes each, to be written with :meth:`update`
+        (collective over comm). The variable holds raw bytes: any dtype whose
+        rows have that many bytes can write and read it.
+        """
+        self._require_core("init")
+        err = None
+        agreed = None
+        try:
+            bname = _encode_name(name)
+            if name in self._vars:
+                raise DDStoreValueError(f"variable {name!r} already exists in this store", DDS_EEXIST)
+            n = _index(nrows, "nrows")
+            d = _index(disp, "disp")
+            isz = _index(itemsize, "itemsize")
+            if n < 0:
+                raise DDStoreRangeError(f"variable {name!r}: nrows must be >= 0, got {n}", DDS_ERANGE)
+            if d < 1 or isz < 1:
+                raise DDStoreValueError(
+                    f"variable {name!r}: disp ({d}) and itemsize ({isz}) must be >= 1", DDS_EINVAL)
+            if d > _INT64_MAX // isz or n > _INT64_MAX // (d * isz):
+                raise DDStoreValueError(f"variable {name!r}: {n} rows of {d}x{isz} bytes overflow",
+                                        DDS_EOVERFLOW)
+            agreed = (name, d * isz)
+        except DDStoreError as e:
+            err = e
+        self._agree(self._ctl, err, agreed)
+        with self._h as ptr:
+            rc = _c.dds_init(ptr, bname, n, d * isz, 0)
+        if rc:
+            self._raise(rc)
+        self._load_var(name, None, (d, isz))
+
+    def update(self, name, arr, offset=0):
+        """Write the rows of `arr` into this rank's own shard of `name` from
+        local row `offset`. Local; visible to others after :meth:`sync` or
+        :meth:`epoch_begin`."""
+        v = self._var(name)
+        a = _to_array(arr, "array", name, output=False)
+        _check_rows_match(v, a, "array")
+        off = _index(offset, "offset")
+        n = a.shape[0]
+        if off < 0 or off > v.local_rows - n:
+            raise DDStoreRangeError(
+                f"variable {name!r}: local rows [{off}, {off + n}) are outside this rank's "
+                f"[0, {v.local_rows})", DDS_ERANGE)
+        with self._h as ptr:
+            rc = _c.dds_update(ptr, v.bname, a.ctypes.data if n else None, n, off)
+        if rc:
+            self._raise(rc)
+
+    def sync(self):
+        """Make every update() so far visible to all readers (collective over comm)."""
+        self._require_core("sync")
+        with self._h as ptr:
+            rc = _c.dds_sync(ptr)
+        if rc:
+            self._raise(rc)
+
+    # -- reads
+
+    def get(self, name, arr, start=0):
+        """Read ``arr.shape[0]`` rows of `name` from global row `start` into
+        `arr` (in place, C-contiguous, writable). Not collective; the data is
+        complete on return. `start` may be a numpy integer."""
+        v = self._var(name)
+        if (type(arr) is np.ndarray and arr.ndim and arr.flags.c_contiguous
+                and arr.flags.writeable and not arr.dtype.hasobject):
+            out = arr
+        else:
+            out = _to_array(arr, "output", name, output=True)
+        _check_rows_match(v, out, "output")
+        n = out.shape[0]
+        s = start if type(start) is int else _index(start, "start")
+        if s < 0 or s > v.global_rows - n:
+            raise DDStoreRangeError(
+                f"variable {name!r}: rows [{s}, {s + n}) are outside [0, {v.global_rows})", DDS_ERANGE)
+        with self._h as ptr:
+            rc = _c.dds_get(ptr, v.bname, out.ctypes.data, s, n)
+        if rc:
+            self._raise(rc)
+
+    def _poison(self, v):
+        """Join the group's batched read with an argument libddstore rejects,
+        so the ranks that are waiting in it fail too instead of hanging."""
+        if self._collective_reads and self._h.live:
+            with self._h as ptr:
+                _c.dds_get_batch(ptr, v.bname, None, None, -1)
+
+    def get_batch(self, name, out, rows):
+        """Read global rows ``rows[i]`` into ``out[i]`` (any order, repeats
+        allowed; ``out.shape[0] >= len(rows)``). Method 0: collective over the
+        group (every rank of the group calls it the same number of times;
+        pass an empty `rows` when there is nothing to read)."""
+        v = self._var(name)
+        try:
+            o = _to_array(out, "output", name, output=True)
+            _check_rows_match(v, o, "output")
+            r = _int64_array(rows, "rows", name)
+            n = r.size
+            if o.shape[0] < n:
+                raise DDStoreValueError(
+                    f"variable {name!r}: output has {o.shape[0]} rows, {n} requested", DDS_EINVAL)
+            if n and (int(r.min()) < 0 or int(r.max()) >= v.global_rows):
+                bad = r[(r < 0) | (r >= v.global_rows)][0]
+                raise DDStoreRangeError(
+                    f"variable {name!r}: row {int(bad)} is outside [0, {v.global_rows})", DDS_ERANGE)
+        except DDStoreError:
+            self._poison(v)
+            raise
+        with self._h as ptr:
+            rc = _c.dds_get_batch(ptr, v.bname, o.ctypes.data, r.ctypes.data, n)
+        if rc:
+            self._raise(rc)
+
+    def get_ranges(self, name, out, starts, counts):
+        """Read row ranges ``[starts[i], starts[i] + counts[i])`` one after
+        the other into `out` (``out.shape[0] >= sum(counts)``). Same
+        collective rule as :meth:`get_batch`."""
+        v = self._var(name)
+        try:
+            o = _to_array(out, "output", name, output=True)
+            _check_rows_match(v, o, "output")
+            s = _int64_array(starts, "starts", name)
+            c = _int64_array(counts, "counts", name)
+            if s.size != c.size:
+                raise DDStoreValueError(
+                    f"variable {name!r}: {s.size} starts but {c.size} counts", DDS_EINVAL)
+            total = 0
+            if s.size:
+                g = v.global_rows
+                bad = (c < 0) | (s < 0) | (s > g) | (c > g - s)
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    raise DDStoreRangeError(
+                        f"variable {name!r}: range {i} [{int(s[i])}, {int(s[i]) + int(c[i])}) is outside "
+                        f"[0, {g})", DDS_ERANGE)
+                if float(c.sum(dtype=np.float64)) > 2.0 ** 62:
+                    raise DDStoreValueError(f"variable {name!r}: ranges overflow", DDS_EOVERFLOW)
+                total = int(c.sum())
+            if o.shape[0] < total:
+                raise DDStoreValueError(
+                    f"variable {name!r}: output has {o.shape[0]} rows, the ranges hold {total}",
+                    DDS_EINVAL)
+        except DDStoreError:
+            self._poison(v)
+            raise
+        with self._h as ptr:
+            rc = _c.dds_get_ranges(ptr, v.bname, o.ctypes.data, s.ctypes.data, c.ctypes.data, s.size)
+        if rc:
+            self._raise(rc)
+
+    # -- epochs
+
+    def epoch_begin(self):
+        """Begin an access epoch (collective over the group); for code written
+        for the original DDStore. get() works inside and outside epochs."""
+        self._require_core("epoch_begin")
+        with self._h as ptr:
+            rc = _c.dds_epoch_begin(ptr)
+        if rc:
+            self._raise(rc)
+
+    def epoch_end(self):
+        """End the access epoch begun by :meth:`epoch_begin` (collective over the group)."""
+        self._require_core("epoch_end")
+        with self._h as ptr:
+            rc = _c.dds_epoch_end(ptr)
+        if rc:
+            self._raise(rc)
+
+    def epoch(self):
+        """Context manager: ``with store.epoch(): ...`` = epoch_begin()/epoch_end()."""
+        return _Epoch(self)
+
+    # -- metadata
+
+    def query(self, name):
+        """Describe variable `name` as a :class:`VarInfo`."""
+        v = self._var(name)
+        return VarInfo(v.name, v.global_rows, v.local_rows, v.row_bytes, v.dtype, v.row_shape,
+                       v.offsets.copy(), v.first_row)
+
+    def info(self, name):
+        """(total_rows, disp, itemsize) of `name`, as the original DDStore reports it."""
+        v = self._var(name)
+        return (v.global_rows, v.disp, v.itemsize)
+
+    def names(self):
+        """Names of the variables, in the order they were added."""
+        if self._h is None:
+            raise DDStoreStateError("the store was not created", DDS_ESTATE)
+        count = ctypes.c_int64()
+        buf = ctypes.create_string_buffer(_lib.NAME_MAX + 1)
+        out = []
+        with self._h as ptr:
+            rc = _c.dds_var_count(ptr, ctypes.byref(count))
+            if rc:
+                self._raise(rc)
+            for i in range(count.value):
+                rc = _c.dds_var_name(ptr, i, ctypes.addressof(buf), len(buf))
+                if rc:
+                    self._raise(rc)
+                out.append(buf.value.decode("utf-8"))
+        return out
+
+    def join(self, name):
+        """Reader: wait until variable `name` (a str or a list of str) is
+        published and attach it. On a core store: check that it exists."""
+        names = [name] if isinstance(name, str) else list(name)
+        for nm in names:
+            bname = _encode_name(nm)
+            if self.is_reader and nm not in self._vars:
+                with self._h as ptr:
+                    rc = _c.dds_attach(ptr, bname)
+                if rc:
+                    self._raise(rc)
+            self._var(nm)
+
+    # -- receive buffers
+
+    def register_recv(self, *args):
+        """Register a receive buffer once for faster reads (methods 1/2; a
+        no-op for method 0): ``register_recv(arr)`` or ``register_recv(name,
+        arr)`` like the original. The store keeps `arr` alive until
+        :meth:`unregister_recv` or :meth:`free`."""
+        arr = self._recv_arg(args, "register_recv")
+        a = _to_array(arr, "receive buffer", "-", output=True)
+        if a.nbytes == 0:
+            return
+        addr = _address(a)
+        with self._h as ptr:
+            rc = _c.dds_register_recv(ptr, addr, a.nbytes)
+        if rc:
+            self._raise(rc)
+        self._recv[addr] = a
+
+    prefetch_recv_mr = register_recv
+
+    def unregister_recv(self, *args):
+        """Undo :meth:`register_recv` for `arr` (or ``(name, arr)``)."""
+        arr = self._recv_arg(args, "unregister_recv")
+        a = _to_array(arr, "receive buffer", "-", output=True)
+        if a.nbytes == 0:
+            return
+        addr = _address(a)
+        with self._h as ptr:
+            rc = _c.dds_unregister_recv(ptr, addr)
+        if rc:
+            self._raise(rc)
+        self._recv.pop(addr, None)
+
+    @staticmethod
+    def _recv_arg(args, what):
+        if len(args) == 1:
+            return args[0]
+        if len(args) == 2 and isinstance(args[0], str):
+            return args[1]
+        raise DDStoreTypeError(f"{what}() takes (arr) or (name, arr)", DDS_EINVAL)
+
+    # -- counters
+
+    def stats(self):
+        """Read counters since creation or reset_stats(): read_calls,
+        rows_local, rows_remote, bytes_local, bytes_remote, read_seconds."""
+        st = _lib.StatsInfo()
+        st.size = ctypes.sizeof(st)
+        with self._h as ptr:
+            rc = _c.dds_stats(ptr, ctypes.byref(st))
+        if rc:
+            self._raise(rc)
+        return {k: getattr(st, k) for k in ("read_calls", "rows_local", "rows_remote",
+                                             "bytes_local", "bytes_remote", "read_seconds")}
+
+    def reset_stats(self):
+        """Zero the read counters (local)."""
+        with self._h as ptr:
+            rc = _c.dds_stats_reset(ptr)
+        if rc:
+            self._raise(rc)
+
+    # -- lifetime
+
+    def free(self):
+        """Free the store: collective over comm for a core store, local for a
+        reader. Idempotent: later calls do nothing."""
+        h = self._h
+        if h is None:
+            return
+        try:
+            h.free()
+        finally:
+            self._recv.clear()
+
+    close = free
+
+    @property
+    def freed(self):
+        """True once the store has been freed."""
+        return self._h is None or not self._h.live
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+        return False
+
+    def __bool__(self):
+        # Code written for the original does `if self.ddstore and ...`.
+        return True
+
+    def __del__(self):
+        # Never a collective from here: a garbage collector runs at different
+        # times on different ranks. A core store stays registered and is
+        # freed collectively at exit; a reader is local and freed now.
+        h = getattr(self, "_h", None)
+        if h is None or not h.live:
+            return
+        try:
+            if not h.collective:
+                h.free()
+        except Exception:  # noqa: BLE001 - nothing useful to do in a finaliser
+            pass
+
+    def __repr__(self):
+        if self._h is None:
+            return "<PyDDStore (not created)>"
+        state = "freed" if not self._h.live else f"{len(self._vars)} variables"
+        if self.is_reader:
+            return f"<PyDDStore reader method={self.method} core={self.group_size} {state}>"
+        return (f"<PyDDStore method={self.method} rank={self.rank}/{self.size} "
+                f"group={self.group_index} ({self.group_rank}/{self.group_size}) {state}>")
+
+
+class _Epoch:
+    """Context manager returned by PyDDStore.epoch()."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __enter__(self):
+        self._store.epoch_begin()
+        return self._store
+
+    def __exit__(self, *exc):
+        # Ended on every path: the other ranks end theirs too, and a rank
+        # that skipped the collective would hang them.
+        self._store.epoch_end()
+        return False
+
+
+def join(name=None, handshake_dir=None, n_core=None, timeout=None):
+    """Join, without MPI, the method-2 store published in `handshake_dir`
+    (default DDSTORE_HANDSHAKE_DIR or ./ddstore_hs) by `n_core` core ranks
+    (default DDSTORE_N_CORE), waiting up to `timeout` seconds (default
+    DDSTORE_HANDSHAKE_TIMEOUT_S or 300). Attaches `name` (a str or list of
+    str) when given. Returns a reader :class:`PyDDStore`."""
+    store = PyDDStore(None, method=2, handshake_dir=handshake_dir, n_core=n_core, _timeout=timeout)
+    if name is not None:
+        store.join(name)
+    return store
