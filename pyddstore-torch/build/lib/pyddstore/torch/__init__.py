@@ -1,0 +1,44 @@
+"""PyTorch integration for DDStore.
+
+* :class:`DistDataset`: a map-style ``torch.utils.data.Dataset`` backed by
+  DDStore. Each rank loads its share of any map-style source dataset into the
+  store; every rank can then read any sample. Samples keep the source's
+  structure (a tensor/array/number, a tuple or list of them, or a dict of
+  them) and each field's shape and dtype. ``__getitems__`` reads a whole batch
+  with one ``PyDDStore.get_batch()`` per field, which PyTorch's DataLoader
+  uses automatically.
+* :class:`DistDatasetReader`: the same, as a method=2 extra member that joins a
+  dataset published by a DistDataset core group through a shared handshake
+  directory.
+* :class:`ThreadDataLoader`: a DataLoader whose workers are threads instead of
+  forked processes (safe with MPI and GPU-resident buffers).
+* :class:`WindowedDataset`: samples made of several stored rows (time windows,
+  clips), read with ``read_rows()``; :func:`row_of` maps a sample of one source
+  in a ConcatDataset to its row.
+
+Fields must have the same shape and dtype in every sample (fixed-shape).
+Supported dtypes: bool, uint8, int32, int64, float32, float64.
+
+Import torch before mpi4py/MPI starts; ``from pyddstore.torch import ...`` does
+that by itself (pyddstore imports mpi4py.MPI only when a store is created).
+"""
+
+# torch first: it must be loaded before MPI initialises (mpi4py.MPI is only
+# imported when a store is created, never by importing pyddstore).
+import torch  # noqa: F401  isort: skip
+
+from ._structure import SUPPORTED_DTYPES  # noqa: E402
+from .dataset import DistDataset, DistDatasetReader  # noqa: E402
+from .loader import ThreadDataLoader  # noqa: E402
+from .windowed import WindowedDataset, row_of  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DistDataset",
+    "DistDatasetReader",
+    "ThreadDataLoader",
+    "WindowedDataset",
+    "row_of",
+    "SUPPORTED_DTYPES",
+]

@@ -1,0 +1,749 @@
+"""DistDataset and DistDatasetReader: map-style datasets held in DDStore."""
+
+import os
+import threading
+
+import numpy as np
+import torch
+
+from . import _structure as st
+from .ragged import RaggedFields
+
+_SUPPORTED_DEVICE_TYPES_TEXT = "'cpu', 'cuda' or 'cuda:<n>'"
+
+
+def _batch_get_enabled():
+    # Read per call so a test or a user can switch it without rebuilding the dataset.
+    return os.environ.get("DDSTORE_BATCH_GET", "1").strip() != "0"
+
+
+def _as_device(device, what):
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"{what}={device!r} is not a device; pass {_SUPPORTED_DEVICE_TYPES_TEXT} "
+                         "or a torch.device") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{what}={device!r}: CUDA is not available in this process; "
+                         "pass device='cpu' or None")
+    return dev
+
+
+class _SampleBatch(list):
+    """The samples of one batch, plus the per-field batch columns they view.
+
+    A plain list for every consumer; ThreadDataLoader recognises it and, with
+    the default collate_fn, returns the columns instead of stacking the samples
+    again (see collated()).
+    """
+
+    __slots__ = ("_structure", "_columns")
+
+    def __init__(self, samples, structure, columns):
+        super().__init__(samples)
+        self._structure = structure
+        # Field columns as torch tensors in field order, or None when the
+        # samples are not plain views of them (decode was applied).
+        self._columns = columns
+
+    def collated(self, copy):
+        """default_collate(self) built from the columns, or None when not possible.
+
+        copy=True returns tensors that own their memory (needed when the
+        columns live in buffers that will be reused).
+        """
+        if self._columns is None:
+            return None
+        cols = [c.clone() if copy else c for c in self._columns]
+        return st.collated(self._structure, cols)
+
+
+class _StoreDataset(torch.utils.data.Dataset):
+    """Reading side shared by DistDataset and DistDatasetReader.
+
+    Subclasses set _store, _name, _structure, _len, _device, _decode and
+    _collective (True when batched reads are collective: method 0).
+    """
+
+    _store = None
+    _ragged = None
+
+    # ---- basic protocol ------------------------------------------------------
+    def __len__(self):
+        return self._len
+
+    @property
+    def ddstore(self):
+        """The underlying PyDDStore."""
+        return self._store
+
+    @property
+    def structure(self):
+        """The stored sample structure (container, field keys, kinds, dtypes, shapes)."""
+        return self._structure
+
+    @property
+    def name(self):
+        """The dataset name; field k is stored as variable name/k."""
+        return self._name
+
+    @property
+    def ragged_axes(self):
+        """{key: variable axis} of the variable-size fields ({} without ragged=)."""
+        return {} if self._ragged is None else {k: self._ragged.axis(k) for k in self._ragged.keys}
+
+    def _var(self, key):
+        return f"{self._name}/{st.key_text(key)}"
+
+    def _check_open(self):
+        if self._store is None:
+            raise RuntimeError(f"dataset {self._name!r} was freed; create it again to read from it")
+
+    def _index(self, i):
+        try:
+            i = int(i.__index__())
+        except (AttributeError, TypeError):
+            if isinstance(i, torch.Tensor) and i.numel() == 1 and not i.is_floating_point():
+                i = int(i.item())
+            else:
+                raise TypeError(f"sample index must be an integer, not {type(i).__name__}") from None
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"sample index {i} out of range for dataset {self._name!r} of "
+                             f"{self._len} samples")
+        return i
+
+    def _rows(self, indices):
+        """indices -> int64 array with negatives wrapped; first out-of-range index or None."""
+        if isinstance(indices, torch.Tensor):
+            indices = indices.detach().cpu().numpy()
+        rows = np.array(indices, dtype=np.int64, copy=True).reshape(-1)
+        rows[rows < 0] += self._len
+        bad = np.flatnonzero((rows < 0) | (rows >= self._len))
+        return rows, (None if bad.size == 0 else int(np.asarray(indices).reshape(-1)[bad[0]]))
+
+    def _keys(self, fields):
+        if fields is None:
+            return self._structure.keys
+        keys = list(fields)
+        unknown = [k for k in keys if k not in self._structure.by_key]
+        if unknown:
+            raise KeyError(f"fields {unknown!r} are not fields of dataset {self._name!r}; "
+                           f"its fields are {self._structure.keys!r}")
+        return keys
+
+    # ---- buffers -------------------------------------------------------------
+    def _host_buffer(self, spec, n):
+        # Pinned host memory when a CUDA device is the destination, so the copy
+        # to the device is a DMA from pinned memory.
+        if self._device is not None and self._device.type == "cuda" and spec.kind == st.TENSOR:
+            return torch.empty((n,) + spec.shape, dtype=torch.from_numpy(
+                np.empty(0, spec.dtype)).dtype, pin_memory=True).numpy()
+        return np.empty((n,) + spec.shape, dtype=spec.dtype)
+
+    def alloc(self, n, fields=None):
+        """Buffers for reads of n rows.
+
+        A dict keyed like the sample (dict key, or tuple/list position, or 0 for
+        a single value) of one buffer per field, each registered once with
+        register_recv() so reads into it skip memory registration. Pass to
+        read_rows(out=) or __getitems__(out=); reads may use the first rows only.
+        Samples read into these buffers are views into them: the caller decides
+        when a buffer can be reused. release() unregisters them.
+        """
+        self._check_open()
+        n = int(n)
+        if n < 1:
+            raise ValueError(f"alloc(n={n}): n must be at least 1 row")
+        bufs = {}
+        try:
+            for k in self._keys(fields):
+                buf = self._host_buffer(self._structure.by_key[k], n)
+                self._store.register_recv(buf)
+                bufs[k] = buf
+        except BaseException:
+            self.release(bufs)
+            raise
+        with self._alloc_lock:
+            self._allocated[id(bufs)] = bufs
+        return bufs
+
+    def release(self, bufs):
+        """Unregister buffers from alloc() (free() does it too)."""
+        if bufs is None:
+            return
+        with self._alloc_lock:
+            self._allocated.pop(id(bufs), None)
+        if self._store is None:
+            return
+        for buf in bufs.values():
+            try:
+                self._store.unregister_recv(buf)
+            except KeyError:
+                pass  # never registered (alloc failed half-way) or released twice
+
+    def _release_all(self):
+        with self._alloc_lock:
+            allocated = list(self._allocated.values())
+            self._allocated.clear()
+        for bufs in allocated:
+            for buf in bufs.values():
+                try:
+                    self._store.unregister_recv(buf)
+                except Exception:  # noqa: BLE001 - freeing must go on
+                    pass
+
+    def _out_column(self, out, key, n):
+        spec = self._structure.by_key[key]
+        if key not in out:
+            raise KeyError(f"out= has no buffer for field {key!r}; pass the dict from alloc() "
+                           "with that field selected")
+        buf = out[key]
+        if isinstance(buf, torch.Tensor):
+            if buf.device.type != "cpu":
+                raise ValueError(f"out[{key!r}] is on {buf.device}; read buffers live in host memory "
+                                 "(use alloc())")
+            buf = buf.numpy()
+        if (not isinstance(buf, np.ndarray) or buf.dtype != spec.dtype or buf.shape[1:] != spec.shape
+                or buf.shape[0] < n or not buf.flags.c_contiguous):
+            got = (f"{type(buf).__name__} dtype={getattr(buf, 'dtype', None)} "
+                   f"shape={getattr(buf, 'shape', None)}")
+            raise ValueError(f"out[{key!r}] ({got}) cannot hold {n} rows of field {key!r} "
+                             f"({spec.describe()}); use alloc(n) with n >= {n}")
+        return buf[:n]
+
+    # ---- reads ---------------------------------------------------------------
+    def _read_columns(self, rows, keys, out, bad):
+        """Host numpy columns (len(rows), *shape) of `keys`, one get_batch per field."""
+        n = len(rows)
+        cols = {}
+        batch = _batch_get_enabled()
+        if bad is not None:
+            if batch and self._collective:
+                # method 0: the other ranks of the group are in this read too;
+                # take part with no rows so they complete, then fail here only.
+                for k in keys:
+                    spec = self._structure.by_key[k]
+                    self._store.get_batch(self._var(k), np.empty((0,) + spec.shape, spec.dtype),
+                                          np.empty(0, np.int64))
+            raise IndexError(f"sample index {bad} out of range for dataset {self._name!r} of "
+                             f"{self._len} samples")
+        for k in keys:
+            spec = self._structure.by_key[k]
+            col = self._out_column(out, k, n) if out is not None else self._host_buffer(spec, n)
+            var = self._var(k)
+            if batch:
+                self._store.get_batch(var, col, rows)
+            else:
+                for j, r in enumerate(rows):
+                    self._store.get(var, col[j:j + 1], int(r))
+            cols[k] = col
+        return cols
+
+    def _get_rows(self, rows, keys):
+        """Non-collective read: one get() per run of consecutive rows."""
+        n = len(rows)
+        cols = {}
+        # Split rows into runs r, r+1, ...: each run is one get().
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1 if n > 1 else np.empty(0, np.int64)
+        bounds = [0, *breaks.tolist(), n]
+        for k in keys:
+            col = self._host_buffer(self._structure.by_key[k], n)
+            var = self._var(k)
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                if b > a:
+                    self._store.get(var, col[a:b], int(rows[a]))
+            cols[k] = col
+        return cols
+
+    def _to_values(self, keys, cols):
+        """Host columns -> values as given to users: tensors (on device) for tensor fields."""
+        vals = {}
+        for k in keys:
+            col = cols[k]
+            if self._structure.by_key[k].kind == st.TENSOR:
+                t = torch.from_numpy(col)
+                if self._device is not None and self._device.type != "cpu":
+                    # Stage through host memory: libddstore reads into host memory
+                    # (its providers are not asked for FI_HMEM). Synchronous, so the
+                    # host buffer may be reused as soon as this returns.
+                    t = t.to(self._device)
+                vals[k] = t
+            else:
+                vals[k] = col
+        return vals
+
+    def read_rows(self, rows, fields=None, out=None):
+        """Read stored rows (global sample indices; any order, repeats allowed).
+
+        Reads the selected fields (default: all) with one get_batch() per field.
+        Returns a dict keyed like alloc() of values shaped (len(rows),
+        *field_shape): torch tensors (on device, if given) for tensor fields,
+        numpy arrays otherwise; scalar fields give 1-D arrays. out: buffers from
+        alloc() (at least len(rows) rows); the values are then views into them.
+
+        Rows come back as stored: decode is not applied.
+
+        With method=0 this is collective, like get_batch(): every rank calls it
+        the same number of times, in the same order.
+        """
+        self._check_open()
+        keys = self._keys(fields)
+        rows, bad = self._rows(rows)
+        return self._to_values(keys, self._read_columns(rows, keys, out, bad))
+
+    def __getitem__(self, index):
+        """Sample index, with the source's structure (not collective: one get() per field)."""
+        self._check_open()
+        i = self._index(index)
+        keys = self._structure.keys
+        cols = self._get_rows(np.array([i], dtype=np.int64), keys)
+        vals = self._to_values(keys, cols)
+        sample = st.build(self._structure,
+                          [st.field_value(self._structure.by_key[k], vals[k], 0) for k in keys])
+        if self._ragged is not None:
+            self._ragged.fill([sample], [i], collective=False, device=self._device)
+        if self._decode is not None:
+            sample = self._decode(sample, i)
+        return sample
+
+    def __getitems__(self, indices, out=None):
+        """A whole batch: one get_batch() per field (DDSTORE_BATCH_GET=0: one get() per sample).
+
+        Called by DataLoader and ThreadDataLoader. out: buffers from alloc();
+        the samples are then views into them. Returns a list of samples; without
+        decode they are views into one column per field, which ThreadDataLoader
+        hands to the model without stacking them again.
+        """
+        self._check_open()
+        keys = self._structure.keys
+        rows, bad = self._rows(indices)
+        vals = self._to_values(keys, self._read_columns(rows, keys, out, bad))
+        specs = self._structure.fields
+        samples = [st.build(self._structure, [st.field_value(f, vals[f.key], j) for f in specs])
+                   for j in range(len(rows))]
+        if self._ragged is not None:
+            # Two store calls per ragged field for the whole batch.
+            self._ragged.fill(samples, rows, device=self._device)
+        if self._decode is not None:
+            samples = [self._decode(s, int(i)) for s, i in zip(samples, rows)]
+        if self._decode is not None or self._ragged is not None:
+            return _SampleBatch(samples, self._structure, None)
+        cols = [v if isinstance(v, torch.Tensor) else torch.from_numpy(v) for v in
+                (vals[f.key] for f in specs)]
+        return _SampleBatch(samples, self._structure, cols)
+
+    # ---- ThreadDataLoader hooks ---------------------------------------------
+    def _pyddstore_ordered_reads(self):
+        """The dataset whose reads are collective (method 0) or None: ThreadDataLoader reads in order."""
+        return self if self._collective else None
+
+    # ---- lifetime ------------------------------------------------------------
+    def free(self):
+        """Unregister alloc() buffers and free the store (collective for DistDataset). Idempotent."""
+        store = self._store
+        if store is None:
+            return
+        self._release_all()
+        self._store = None
+        self._free_extra()
+        store.free()
+
+    def _free_extra(self):
+        pass
+
+    close = free
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+        return False
+
+    def __repr__(self):
+        state = "freed" if self._store is None else f"{self._len} samples"
+        return f"{type(self).__name__}({self._name!r}, {state}, {self._structure.describe()})"
+
+    def _init_reading(self):
+        self._alloc_lock = threading.Lock()
+        self._allocated = {}
+        # Set by ThreadDataLoader: the iterator whose collective reads are still
+        # in flight on this dataset (drained before another one starts).
+        self._ordered_owner = None
+
+
+_EXC_TYPES = {t.__name__: t for t in (ValueError, TypeError, KeyError, IndexError, RuntimeError,
+                                      NotImplementedError, MemoryError, OSError)}
+
+
+def _raise_agreed(comm, err, what):
+    """Raise the same exception on every rank of comm when any rank has err.
+
+    Collective. err is the local exception or None. The message names the
+    rank that failed first, so every rank reports the same cause.
+    """
+    local = None if err is None else (type(err).__name__, str(err.args[0]) if isinstance(err, KeyError)
+                                      and err.args else str(err))
+    msgs = comm.allgather(local)
+    for rank, m in enumerate(msgs):
+        if m is not None:
+            tname, text = m
+            exc_t = _EXC_TYPES.get(tname, RuntimeError)
+            if exc_t is RuntimeError and tname != "RuntimeError":
+                text = f"{tname}: {text}"
+            raise exc_t(f"{what}: on rank {rank}: {text}") from err
+
+
+class DistDataset(_StoreDataset):
+    """A map-style dataset stored in DDStore across the ranks of comm.
+
+    Each rank loads only its contiguous share of `source` into the store; every
+    rank can then read any sample. Samples keep the source's structure (a
+    tensor/array/number, a tuple or list of them, or a dict of them) and each
+    field's shape and dtype: ds[i] gives tensors as tensors (on `device` if
+    given), numpy arrays as arrays and numbers as numbers. Field k (dict key,
+    tuple/list position, or 0 for a single value) is stored as variable
+    ``name/k``; the structure itself as ``name/__structure__`` (JSON, read by
+    DistDatasetReader). ``ds.ddstore`` is the underlying PyDDStore.
+
+    Parameters:
+      source: any map-style dataset (len(source), source[i]). A source with a
+        bulk method ``read_range(start, stop)`` (one sample-shaped structure
+        whose every field is stacked with leading dimension stop-start, numbers
+        as 1-D arrays) is read with it instead of per-index __getitem__ (except
+        with encode=, which needs real samples). Every sample must have the
+        same structure, and each field the same shape and dtype (bool, uint8,
+        int32, int64, float32, float64; Python bool/int/float are stored as
+        bool/int64/float64).
+      name: dataset name.
+      comm: MPI communicator (default MPI.COMM_WORLD); all its ranks construct
+        the dataset together.
+      ddstore_width: ranks per independent store (default: all of comm); each
+        group holds a full copy of the dataset.
+      device: put tensor fields of read samples on this device. Reads land in
+        host memory (pinned for CUDA) and are copied to the device: libddstore
+        does not read into GPU memory (FI_HMEM) yet. CUDA is untested here.
+      add_device: keep this rank's share of tensor fields on this device; only
+        host memory ('cpu') is possible with this libddstore (NotImplementedError
+        for others).
+      method: DDStore backend (default DDSTORE_METHOD or 0).
+      handshake_dir: method=2 directory (default DDSTORE_HANDSHAKE_DIR or ./ddstore_hs).
+      chunk_size: load this rank's share chunk_size samples at a time, writing
+        each chunk into the store before reading the next, so only one chunk is
+        held in memory besides the store (default: read the whole share, then
+        add it). Host storage only.
+      encode: encode(sample) -> sample applied to every source sample before it
+        is stored; its result must meet the rules above.
+      decode: decode(stored, index) -> sample applied to every sample read
+        (ds[i], __getitems__), on the reading rank, in the loader thread.
+        Not applied by read_rows() or WindowedDataset.
+      fields: store only these keys (dict samples) or positions (tuple/list
+        samples), in this order: shorthand for an encode that selects them.
+        Not together with encode.
+      ragged: {key: axis} for fields of dict samples whose size varies along
+        one axis between samples, e.g. {"x": 0, "edge_index": 1} for node
+        features (n_i, F) and edge lists (2, E_i); all else (other axes, dtype,
+        kind) stays fixed. Stored flat with per-sample ranges (see
+        pyddstore.torch.ragged): ds[i] and batches give every sample its own
+        sizes, two store calls per ragged field per batch; batch them with
+        collate_fn=RaggedCollate(ds.ragged_axes). At least one field must stay
+        fixed-shape. Not readable by DistDatasetReader yet.
+
+    Errors while loading (a bad sample, a shape or dtype that differs between
+    samples or ranks) are raised on every rank with the same message, naming
+    the rank, the sample index, the field and both shapes/dtypes.
+
+    With method=0, batched reads (__getitems__, read_rows) are collective:
+    every rank must read the same number of batches (DistributedSampler does
+    that) from one thread (ThreadDataLoader does all reads of a method-0
+    dataset in one thread, in order). ds[i] is never collective. libddstore's
+    method-0 reads are not thread-safe: while a ThreadDataLoader iterates a
+    method-0 dataset, read it from no other thread (methods 1/2 allow it).
+    """
+
+    def __init__(self, source, name, comm=None, ddstore_width=None, device=None, add_device=None,
+                 method=None, handshake_dir=None, chunk_size=None, encode=None, decode=None,
+                 fields=None, ragged=None):
+        from mpi4py import MPI
+        from pyddstore import PyDDStore
+
+        self._store = None
+        self._ctl_comm = None
+        self._name = name
+        self._init_reading()
+        if comm is None:
+            comm = MPI.COMM_WORLD
+        if not isinstance(comm, MPI.Comm):
+            raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
+        what = f"DistDataset {name!r}"
+
+        # Argument checks, agreed so a bad argument on one rank never leaves the
+        # others waiting in the store's collective constructor.
+        err = None
+        try:
+            if not isinstance(name, str) or not name or name.endswith("/"):
+                raise ValueError(f"name must be a non-empty str not ending in '/', got {name!r}")
+            if encode is not None and fields is not None:
+                raise ValueError("pass either fields= or encode=, not both (fields is a shorthand for "
+                                 "an encode that selects them; select inside your encode instead)")
+            if encode is not None and not callable(encode):
+                raise TypeError("encode must be callable: encode(sample) -> sample")
+            if decode is not None and not callable(decode):
+                raise TypeError("decode must be callable: decode(stored, index) -> sample")
+            if fields is not None:
+                if isinstance(fields, (str, bytes, int)) or len(list(fields)) == 0:
+                    raise ValueError("fields must be a non-empty list of dict keys or tuple/list "
+                                     f"positions, got {fields!r}")
+                fields = list(fields)
+            if ragged is not None:
+                self._ragged = RaggedFields(ragged)
+            if chunk_size is not None:
+                if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+                    raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+            self._device = _as_device(device, "device")
+            add_dev = _as_device(add_device, "add_device")
+            if add_dev is not None and add_dev.type != "cpu":
+                if chunk_size is not None:
+                    raise ValueError("chunk_size loads into host storage only; drop add_device= or "
+                                     "chunk_size=")
+                raise NotImplementedError(
+                    f"add_device={add_device!r}: libddstore keeps variables in host memory only (no "
+                    "device-memory variables / FI_HMEM registration yet); use add_device=None or 'cpu'")
+            if not hasattr(source, "__len__") or not hasattr(source, "__getitem__"):
+                raise TypeError(f"source must be a map-style dataset (len(source), source[i]), got "
+                                f"{type(source).__name__}")
+            n_total = len(source)
+        except Exception as e:  # noqa: BLE001 - agreed below, then raised on every rank
+            err = e
+            n_total = None
+        _raise_agreed(comm, err, what)
+        lens = comm.allgather(n_total)
+        if len(set(lens)) != 1:
+            raise ValueError(f"{what}: len(source) differs between ranks ({lens}); every rank must "
+                             "pass the same source")
+        if n_total == 0:
+            raise ValueError(f"{what}: the source is empty; a DistDataset needs at least one sample")
+
+        self._decode = decode
+        self._len = n_total
+        store = PyDDStore(comm, method=method, ddstore_width=ddstore_width,
+                          handshake_dir=handshake_dir)
+        try:
+            self._load(store, comm, source, encode, fields, chunk_size, what)
+            self._collective = store.method == 0
+            if self._collective:
+                # A communicator of our own for ThreadDataLoader's agreement on
+                # how many collective reads to finish when an epoch is cut short
+                # (the store's own communicator may be in use by a read then).
+                self._ctl_comm = store.group_comm.Dup()
+        except BaseException:
+            try:
+                store.free()
+            finally:
+                self._store = None
+            raise
+        self._store = store
+
+    # ---- loading ---------------------------------------------------------------
+    def _prepare(self, sample, encode, fields, index):
+        if encode is not None:
+            sample = encode(sample)
+        elif fields is not None:
+            sample = st.select(sample, fields, index)
+        if self._ragged is not None:
+            # The variable-size fields go to self._ragged, the rest on the fixed-shape path.
+            sample = self._ragged.take(sample, index)
+        return sample
+
+    def _load(self, store, comm, source, encode, fields, chunk_size, what):
+        n = self._len
+        g, gsize = store.group_rank, store.group_size
+        start, stop = n * g // gsize, n * (g + 1) // gsize
+
+        # 1. Structure from each rank's first sample; all ranks must agree.
+        err, structure = None, None
+        try:
+            if stop > start:
+                structure = st.structure_of(self._prepare(source[start], encode, fields, start), start)
+        except Exception as e:  # noqa: BLE001
+            err = e
+        _raise_agreed(comm, err, what)
+        gathered = comm.allgather(None if structure is None else (start, structure.to_json()))
+        ref = next(x for x in gathered if x is not None)
+        for rank, x in enumerate(gathered):
+            if x is not None and x[1] != ref[1]:
+                a = st.Structure.from_json(ref[1])
+                b = st.Structure.from_json(x[1])
+                raise ValueError(f"{what}: {_difference(a, ref[0], b, x[0])} (seen on rank {rank}); "
+                                 "every sample must have the same structure, shapes and dtypes")
+        local_tt = None if structure is None else structure.tuple_type
+        structure = st.Structure.from_json(ref[1])
+        if local_tt is not None:
+            # JSON keeps a namedtuple by name only; keep the source's own class
+            # where this rank saw it, so samples come back as that class.
+            structure.tuple_type = local_tt
+        for f in structure.fields:
+            if f.row_bytes == 0:
+                raise ValueError(f"{what}: field {f.key!r} has shape {f.shape} (no elements); "
+                                 "drop it with fields= or encode=")
+        self._structure = structure
+
+        # 2. This rank's share, whole or chunk by chunk.
+        use_range = (encode is None and self._ragged is None
+                     and callable(getattr(source, "read_range", None)))
+        nloc = stop - start
+        if chunk_size is None:
+            err, cols = None, None
+            try:
+                cols = self._read_block(source, start, stop, structure, encode, fields, use_range, None)
+            except Exception as e:  # noqa: BLE001
+                err = e
+            _raise_agreed(comm, err, what)
+            for f in structure.fields:
+                store.add(self._var(f.key), np.ascontiguousarray(cols[f.key]))
+            del cols
+        else:
+            for f in structure.fields:
+                store.init(self._var(f.key), nloc, f.row_bytes, 1)
+            err = None
+            bufs = {f.key: np.empty((min(chunk_size, max(nloc, 1)),) + f.shape, f.dtype)
+                    for f in structure.fields}
+            try:
+                for a in range(start, stop, chunk_size):
+                    b = min(a + chunk_size, stop)
+                    cols = self._read_block(source, a, b, structure, encode, fields, use_range, bufs)
+                    for f in structure.fields:
+                        store.update(self._var(f.key), cols[f.key], a - start)
+                    del cols
+            except Exception as e:  # noqa: BLE001
+                err = e
+            del bufs
+            _raise_agreed(comm, err, what)
+            store.sync()
+
+        if self._ragged is not None:
+            self._ragged.store(store, comm, self._name, start, stop, _raise_agreed)
+
+        # 3. The structure, for readers in other jobs (held by the group's rank 0).
+        js = structure.to_json().encode() if g == 0 else b""
+        store.add(f"{self._name}/{st.STRUCTURE_SUFFIX}", np.frombuffer(js, dtype=np.uint8).copy())
+
+    def _read_block(self, source, a, b, structure, encode, fields, use_range, bufs):
+        """Samples a..b-1 as host arrays {key: (b-a, *shape)}, checked against structure."""
+        m = b - a
+        out = {f.key: (bufs[f.key][:m] if bufs is not None else np.empty((m,) + f.shape, f.dtype))
+               for f in structure.fields}
+        if m == 0:
+            return out
+        if use_range:
+            block = source.read_range(a, b)
+            if fields is not None:
+                block = st.select(block, fields, f"{a}..{b - 1}")
+            container, items, _ = st._container_of(block, f"{a}..{b - 1}")
+            keys = [k for k, _ in items]
+            if container != structure.container or keys != structure.keys:
+                raise ValueError(f"samples {a}..{b - 1}: read_range() gave a {container} with fields "
+                                 f"{keys} where the samples are a {structure.container} with fields "
+                                 f"{structure.keys}")
+            for (k, v), f in zip(items, structure.fields):
+                arr = st.as_numpy(v)
+                ok_dtype = arr.dtype == f.dtype or (
+                    f.kind == st.NUMBER and np.can_cast(arr.dtype, f.dtype, "safe"))
+                if arr.shape != (m,) + f.shape or not ok_dtype:
+                    raise ValueError(
+                        f"samples {a}..{b - 1}, field {k!r}: read_range() gave dtype={arr.dtype} "
+                        f"shape={arr.shape}, expected dtype={f.dtype.name} shape={(m,) + f.shape}")
+                out[k][...] = arr
+            return out
+        for j, i in enumerate(range(a, b)):
+            sample = self._prepare(source[i], encode, fields, i)
+            for spec, value in st.items_of(sample, structure, i):
+                dest = out[spec.key]
+                if spec.kind == st.TENSOR:
+                    dest[j] = value.detach().cpu().numpy()
+                else:
+                    dest[j] = value
+        return out
+
+    def _free_extra(self):
+        if self._ctl_comm is not None:
+            self._ctl_comm.Free()
+            self._ctl_comm = None
+
+
+def _difference(a, ia, b, ib):
+    """Text naming the first difference between the structures of samples ia and ib."""
+    if a.container != b.container:
+        return f"sample {ib} is a {b.container} but sample {ia} is a {a.container}"
+    if a.keys != b.keys:
+        return f"sample {ib} has fields {b.keys} but sample {ia} has fields {a.keys}"
+    for fa, fb in zip(a.fields, b.fields):
+        if fa != fb:
+            return (f"sample {ib}, field {fb.key!r}: {fb.describe()} differs from {fa.describe()} "
+                    f"of sample {ia}")
+    return f"samples {ia} and {ib} differ"
+
+
+class DistDatasetReader(_StoreDataset):
+    """A DistDataset published by a method=2 core group, joined from a separate job.
+
+    No MPI communicator is needed: the reader joins the core group's store
+    through the shared handshake directory and reads like a method-1 store
+    (reads are never collective, so any number of loader threads may read in
+    parallel). Samples have the structure the core group stored (after its
+    encode), with tensors on `device` if given.
+
+    Parameters:
+      name: the core group's dataset name.
+      handshake_dir: shared directory (default DDSTORE_HANDSHAKE_DIR or ./ddstore_hs).
+      n_core: number of core ranks (default DDSTORE_N_CORE).
+      device: put tensor fields of read samples on this device (staged
+        through host memory, as for DistDataset).
+      decode: as for DistDataset (the core group's encode already ran before storing).
+
+    Waits up to DDSTORE_HANDSHAKE_TIMEOUT_S (default 300 s) for the core group
+    to publish.
+    """
+
+    def __init__(self, name, handshake_dir=None, n_core=None, device=None, decode=None):
+        from pyddstore import join
+
+        self._store = None
+        self._name = name
+        self._init_reading()
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be the core group's dataset name (a non-empty str), got {name!r}")
+        if decode is not None and not callable(decode):
+            raise TypeError("decode must be callable: decode(stored, index) -> sample")
+        self._device = _as_device(device, "device")
+        self._decode = decode
+        self._collective = False
+        meta = f"{name}/{st.STRUCTURE_SUFFIX}"
+        store = join(meta, handshake_dir=handshake_dir, n_core=n_core)
+        try:
+            info = store.query(meta)
+            buf = np.empty(info.global_rows, dtype=np.uint8)
+            store.get(meta, buf, 0)
+            self._structure = st.Structure.from_json(buf.tobytes().decode())
+            self._store = store
+            store.join([self._var(f.key) for f in self._structure.fields])
+            first = self._var(self._structure.keys[0])
+            self._len = int(store.query(first).global_rows)
+            for f in self._structure.fields:
+                q = store.query(self._var(f.key))
+                if q.global_rows != self._len or q.row_bytes != f.row_bytes:
+                    raise RuntimeError(
+                        f"dataset {name!r}: variable {self._var(f.key)!r} has {q.global_rows} rows of "
+                        f"{q.row_bytes} bytes, expected {self._len} rows of {f.row_bytes} bytes; the "
+                        "handshake directory holds another dataset of that name")
+        except BaseException:
+            self._store = None
+            store.free()
+            raise
+
+
+__all__ = ["DistDataset", "DistDatasetReader"]

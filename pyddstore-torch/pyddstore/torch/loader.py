@@ -1,0 +1,515 @@
+"""ThreadDataLoader: a DataLoader whose workers are threads."""
+
+import os
+import queue
+import threading
+import warnings
+
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data import _utils as _dl_utils
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
+
+from .dataset import _SampleBatch
+
+_default_collate = _dl_utils.collate.default_collate
+
+
+def _affinity_sets(n_threads):
+    """CPU sets for worker threads from DDSTORE_AFFINITY_WIDTH/_OFFSET, or None."""
+    width = os.environ.get("DDSTORE_AFFINITY_WIDTH", "").strip()
+    if not width:
+        return None
+    offset = os.environ.get("DDSTORE_AFFINITY_OFFSET", "0").strip() or "0"
+    try:
+        width, offset = int(width), int(offset)
+    except ValueError:
+        raise ValueError(f"DDSTORE_AFFINITY_WIDTH={width!r} / DDSTORE_AFFINITY_OFFSET={offset!r} must be "
+                         "integers (CPUs per worker thread, first CPU index)") from None
+    if width < 1 or offset < 0:
+        raise ValueError(f"DDSTORE_AFFINITY_WIDTH must be >= 1 and DDSTORE_AFFINITY_OFFSET >= 0, got "
+                         f"{width} and {offset}")
+    if not hasattr(os, "sched_setaffinity"):
+        raise NotImplementedError("DDSTORE_AFFINITY_WIDTH needs os.sched_setaffinity (Linux); unset it")
+    cpus = sorted(os.sched_getaffinity(0))
+    need = offset + n_threads * width
+    if need > len(cpus):
+        raise ValueError(
+            f"DDSTORE_AFFINITY_WIDTH={width}, DDSTORE_AFFINITY_OFFSET={offset} with {n_threads} worker "
+            f"thread(s) need {need} CPUs but this process may run on {len(cpus)} ({cpus}); lower the "
+            "width, the offset or num_workers")
+    return [cpus[offset + i * width: offset + (i + 1) * width] for i in range(n_threads)]
+
+
+def _ordered_dataset(dataset):
+    """The DistDataset under `dataset` whose batched reads are collective, or None."""
+    for _ in range(16):  # Subset of Subset of ...: bounded, never a cycle
+        getter = getattr(dataset, "_pyddstore_ordered_reads", None)
+        if callable(getter):
+            return getter()
+        if isinstance(dataset, torch.utils.data.Subset):
+            dataset = dataset.dataset
+            continue
+        return None
+    return None
+
+
+class _Run:
+    """State of one iteration (epoch) over the loader: its results and counters."""
+
+    def __init__(self, core, ordered_ds, sampler_iter, fetcher):
+        self.core = core
+        self.ordered_ds = ordered_ds
+        self.sampler_iter = sampler_iter
+        self.fetcher = fetcher
+        self.cond = threading.Condition()
+        self.results = {}
+        self.submitted = 0
+        self.processed = 0
+        self.cancelled = False
+        self.finished = False      # the user saw StopIteration, or the run was drained
+        self.sampler_done = False
+
+    def put(self, seq, result):
+        with self.cond:
+            if not self.cancelled:
+                self.results[seq] = result
+            self.processed += 1
+            self.cond.notify_all()
+
+    def wait_processed(self):
+        with self.cond:
+            self.cond.wait_for(lambda: self.processed >= self.submitted)
+
+    def drain(self):
+        """Finish the collective reads of a run cut short (method 0).
+
+        Collective over the dataset's group: every rank finishes the same
+        number of reads (the most any rank started), so no rank is left in a
+        read the others never make.
+        """
+        if self.finished:
+            return
+        from mpi4py import MPI
+
+        with self.cond:
+            self.cancelled = True
+            self.results.clear()
+        target = self.ordered_ds._ctl_comm.allreduce(self.submitted, op=MPI.MAX)
+        self.wait_processed()
+        # The reader thread is idle now; the remaining reads run here, in order.
+        while self.submitted < target and not self.sampler_done:
+            try:
+                index = next(self.sampler_iter)
+            except StopIteration:
+                self.sampler_done = True
+                break
+            self.submitted += 1
+            self.processed += 1
+            try:
+                self.core.fetch(self, index, None)
+            except Exception:  # noqa: BLE001 - the read happened; its result is not wanted
+                pass
+        self.finished = True
+        if self.ordered_ds._ordered_owner is self:
+            self.ordered_ds._ordered_owner = None
+
+
+class _Core:
+    """Threads, queues and buffers of a ThreadDataLoader.
+
+    Kept apart from the loader so worker threads hold no reference to it and
+    deleting the loader can close them.
+    """
+
+    def __init__(self, loader, reuse_buffers, collate_copies):
+        self.dataset = loader.dataset
+        self.kind = loader._dataset_kind
+        self.auto_collation = loader._auto_collation
+        self.collate_fn = loader.collate_fn
+        self.drop_last = loader.drop_last
+        self.worker_init_fn = loader.worker_init_fn
+        self.n_threads = max(1, loader.num_workers)
+        pf = loader.prefetch_factor if loader.prefetch_factor is not None else 2
+        self.depth = max(1, self.n_threads * pf)
+        self.fast_collate = self.collate_fn is _default_collate
+        self.reuse = reuse_buffers
+        self.affinity = _affinity_sets(self.n_threads)
+        self.ordered_ds = _ordered_dataset(self.dataset)
+        self.seed_drawn = False
+        # Reads in one thread in order: collective reads (method 0), and iterable
+        # datasets (one shared iterator).
+        self.ordered = self.ordered_ds is not None or self.kind == _DatasetKind.Iterable
+        self.lock = threading.Lock()
+        self.threads = []
+        self.tasks = queue.Queue()
+        self.collate_q = queue.Queue()
+        self.pool = None
+        self.pool_sets = []
+        self.runs = []
+        self.closed = False
+        if reuse_buffers:
+            self.pool = queue.Queue()
+            for _ in range(self.n_threads):
+                bufs = self.dataset.alloc(loader.batch_size)
+                self.pool_sets.append(bufs)
+                self.pool.put(bufs)
+
+    # ---- threads -------------------------------------------------------------
+    def start(self):
+        with self.lock:
+            if self.closed:
+                raise RuntimeError("this ThreadDataLoader was closed; create a new one to iterate again")
+            if self.threads:
+                return
+            ready = threading.Barrier(self.n_threads + (1 if self.ordered else 0) + 1)
+            errors = []
+            for i in range(self.n_threads):
+                t = threading.Thread(target=self._worker, args=(i, ready, errors), daemon=True,
+                                     name=f"ThreadDataLoader-{i}")
+                t.start()
+                self.threads.append(t)
+            if self.ordered:
+                t = threading.Thread(target=self._reader, args=(ready, errors), daemon=True,
+                                     name="ThreadDataLoader-reader")
+                t.start()
+                self.threads.append(t)
+            ready.wait()
+            if errors:
+                raise errors[0]
+
+    def _setup_thread(self, i, ready, errors, init=True):
+        try:
+            if self.affinity is not None:
+                os.sched_setaffinity(threading.get_native_id(), self.affinity[i])
+            if self.worker_init_fn is not None and init:
+                self.worker_init_fn(i)
+        except BaseException as e:  # noqa: BLE001 - reported by start()
+            errors.append(e)
+        finally:
+            ready.wait()
+
+    def _worker(self, i, ready, errors):
+        self._setup_thread(i, ready, errors)
+        source = self.collate_q if self.ordered else self.tasks
+        while True:
+            item = source.get()
+            if item is None:
+                return
+            if self.ordered:
+                run, seq, ok, data, bufs = item
+            else:
+                run, seq, index = item
+                if run.cancelled:
+                    run.put(seq, None)
+                    continue
+                bufs = self.pool.get() if self.pool is not None else None
+                try:
+                    data, ok = self.fetch(run, index, bufs), True
+                except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
+                    data, ok = e, False
+            try:
+                if ok and not run.cancelled:
+                    data = self.finish_batch(data)
+                result = (ok, data)
+            except BaseException as e:  # noqa: BLE001
+                result = (False, e)
+            finally:
+                if bufs is not None:
+                    self.pool.put(bufs)
+            run.put(seq, result)
+
+    def _reader(self, ready, errors):
+        # The one thread that reads for an ordered dataset; shares worker 0's CPUs.
+        self._setup_thread(0, ready, errors, init=False)
+        while True:
+            item = self.tasks.get()
+            if item is None:
+                return
+            run, seq, index = item
+            bufs = self.pool.get() if self.pool is not None else None
+            try:
+                data, ok = self.fetch(run, index, bufs), True
+            except BaseException as e:  # noqa: BLE001
+                data, ok = e, False
+            if run.cancelled:
+                if bufs is not None:
+                    self.pool.put(bufs)
+                run.put(seq, None)
+            else:
+                self.collate_q.put((run, seq, ok, data, bufs))
+
+    # ---- per batch -----------------------------------------------------------
+    def fetch(self, run, index, bufs):
+        """Read one batch (or sample when batch_size=None), uncollated."""
+        if run.fetcher is not None:
+            return run.fetcher.fetch(index)  # iterable dataset; raises StopIteration at its end
+        ds = self.dataset
+        if self.auto_collation:
+            if bufs is not None:
+                return ds.__getitems__(index, out=bufs)
+            getitems = getattr(ds, "__getitems__", None)
+            if getitems:
+                return getitems(index)
+            return [ds[i] for i in index]
+        return ds[index]
+
+    def finish_batch(self, data):
+        """Collate (cheaply, for DistDataset batches) and pin a fetched batch."""
+        out = None
+        if self.fast_collate and isinstance(data, _SampleBatch):
+            # The samples are views into one column per field: return the columns
+            # instead of stacking the samples again (copied when the buffers are reused).
+            out = data.collated(copy=self.reuse)
+        if out is None:
+            out = self.collate_fn(data)
+        if self.pin:
+            out = _dl_utils.pin_memory.pin_memory(out, self.pin_device)
+        return out
+
+    pin = False
+    pin_device = None
+
+    # ---- lifetime ------------------------------------------------------------
+    def close(self):
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        runs, self.runs = self.runs, []
+        for run in runs:
+            if self.ordered_ds is not None:
+                run.drain()
+            else:
+                with run.cond:
+                    run.cancelled = True
+                    run.results.clear()
+                    run.cond.notify_all()
+        # Wait for the fetches that are running, then stop the threads.
+        for run in runs:
+            run.wait_processed()
+        for _ in range(self.n_threads):
+            (self.collate_q if self.ordered else self.tasks).put(None)
+        if self.ordered:
+            self.tasks.put(None)
+        for t in self.threads:
+            if t is not threading.current_thread():
+                t.join()
+        self.threads = []
+        for bufs in self.pool_sets:
+            self.dataset.release(bufs)
+        self.pool_sets = []
+
+
+class _ThreadIter(_BaseDataLoaderIter):
+    """Iterator of a ThreadDataLoader: keeps up to num_workers*prefetch_factor batches in flight."""
+
+    def __init__(self, loader):
+        core = loader._core
+        # DataLoader with persistent workers draws the base seed once, for its
+        # first iterator only; do the same so the generator advances alike.
+        keep = loader.persistent_workers and core.seed_drawn
+        if keep:
+            gen = loader.generator
+            saved = gen.get_state() if gen is not None else torch.get_rng_state()
+        super().__init__(loader)   # same sampler iterator and base-seed draw as DataLoader
+        if keep:
+            if gen is not None:
+                gen.set_state(saved)
+            else:
+                torch.set_rng_state(saved)
+        core.seed_drawn = True
+        core.start()
+        core.pin, core.pin_device = self._pin_memory, self._pin_memory_device
+        self._core = core
+        self._in_order = getattr(loader, "in_order", True)  # torch < 2.6 has no in_order
+        fetcher = None
+        if self._dataset_kind == _DatasetKind.Iterable:
+            fetcher = _DatasetKind.create_fetcher(self._dataset_kind, self._dataset,
+                                                  self._auto_collation, lambda x: x, self._drop_last)
+        ods = core.ordered_ds
+        if ods is not None:
+            prev = ods._ordered_owner
+            if prev is not None and not prev.finished:
+                prev.drain()
+        self._run = _Run(core, ods, self._sampler_iter, fetcher)
+        if ods is not None:
+            ods._ordered_owner = self._run
+        # Keep runs whose fetches may still be running (close() waits for them).
+        core.runs = [r for r in core.runs
+                     if not r.finished and not (r.cancelled and r.processed >= r.submitted)] + [self._run]
+        self._received = 0
+        for _ in range(core.depth):
+            if not self._submit():
+                break
+
+    def _submit(self):
+        run = self._run
+        if run.sampler_done:
+            return False
+        try:
+            index = self._next_index()
+        except StopIteration:
+            run.sampler_done = True
+            return False
+        with run.cond:
+            seq = run.submitted
+            run.submitted += 1
+        self._core.tasks.put((run, seq, index))
+        return True
+
+    def _reset(self, loader, first_iter=False):
+        raise RuntimeError("ThreadDataLoader iterators are not reset; call iter(loader) again")
+
+    def _next_data(self):
+        run = self._run
+        if run.finished or run.cancelled:
+            if run.cancelled and not run.finished:
+                raise RuntimeError("this ThreadDataLoader iterator was stopped by close()")
+            raise StopIteration
+        if self._received >= run.submitted and run.sampler_done:
+            self._end()
+            raise StopIteration
+        timeout = self._timeout if self._timeout > 0 else None
+        with run.cond:
+            if self._in_order:
+                key = self._received
+                ok = run.cond.wait_for(lambda: key in run.results or run.cancelled, timeout)
+            else:
+                ok = run.cond.wait_for(lambda: bool(run.results) or run.cancelled, timeout)
+                key = min(run.results) if run.results else None
+            if not ok:
+                raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
+            if run.cancelled:
+                raise RuntimeError("this ThreadDataLoader iterator was stopped by close()")
+            success, data = run.results.pop(key)
+        self._received += 1
+        if not success and isinstance(data, StopIteration):
+            # An iterable dataset ran out: no more batches, whatever is in flight.
+            self._end()
+            raise StopIteration
+        self._submit()
+        if not success:
+            raise data
+        return data
+
+    def _end(self):
+        run = self._run
+        run.finished = True
+        run.cancelled = True   # batches in flight past the end (iterable datasets) are dropped
+        if run.ordered_ds is not None and run.ordered_ds._ordered_owner is run:
+            run.ordered_ds._ordered_owner = None
+
+    def __del__(self):
+        # Not collective: stop collating this run's batches; a cut-short method-0
+        # run stays registered on its dataset and is drained by the next
+        # iter(), close() or free().
+        run = getattr(self, "_run", None)
+        if run is not None and not run.finished and run.ordered_ds is None:
+            with run.cond:
+                run.cancelled = True
+                run.results.clear()
+
+
+class ThreadDataLoader(DataLoader):
+    """A DataLoader that fetches batches in a thread pool instead of forked worker processes.
+
+    Threads share the process's MPI state, CUDA context and Python objects, so
+    it is safe with DDStore and GPU-resident buffers, where forked workers are
+    not. Takes the same arguments as DataLoader; num_workers is the number of
+    threads (0 means 1). The sampler, generator and base-seed draws are those
+    of DataLoader, so a seeded run yields the same batches (per-worker seeding
+    of torch/random does not apply: threads share one RNG state, and
+    get_worker_info() is None in them).
+
+    Each batch is fetched (via dataset.__getitems__ when present), collated and
+    optionally pinned (only when an accelerator is available, as DataLoader
+    does) in a worker thread; at most num_workers * prefetch_factor batches are
+    in flight. A batch from DistDataset.__getitems__ is collated by handing
+    over its per-field columns instead of stacking the samples again, when
+    collate_fn is the default. DDSTORE_AFFINITY_WIDTH / DDSTORE_AFFINITY_OFFSET
+    pin worker thread i to CPUs [offset + i*width, offset + (i+1)*width) of the
+    process's affinity.
+
+    With a method-0 DistDataset (collective reads) every read happens in one
+    reader thread, in batch order, and collation runs in the worker threads;
+    with methods 1/2 the workers read in parallel. Iterate one loader of a
+    method-0 dataset at a time. When an epoch is cut short (break), the next
+    iter(), close() or ds.free() first finishes, on every rank, the reads some
+    rank already started (collective then).
+
+    reuse_buffers=True (dataset with alloc(), e.g. DistDataset): read every
+    batch into one of a fixed pool of num_workers buffer sets from
+    dataset.alloc(batch_size), registered once, instead of fresh buffers that
+    are registered on every read. A worker takes a set, reads and collates the
+    batch, and returns the set, so the collate must copy: needs batch_size and
+    the default collate_fn, or collate_copies=True to declare that a custom
+    collate_fn copies. close() (or deleting the loader) waits for running
+    fetches and unregisters the pool.
+    """
+
+    def __init__(self, dataset, *args, reuse_buffers=False, collate_copies=False, **DataLoader_kwargs):
+        self._core = None
+        if args and isinstance(args[0], bool):
+            # Positional arguments after the dataset are DataLoader's
+            # (batch_size, shuffle, ...), as in DataLoader(ds, 64, True);
+            # a bare bool there is almost surely a positional reuse_buffers.
+            raise TypeError("ThreadDataLoader(dataset, ...): positional arguments after the dataset are "
+                            "DataLoader's (batch_size, shuffle, ...); pass reuse_buffers= and "
+                            "collate_copies= by keyword")
+        with warnings.catch_warnings():
+            # DataLoader's warning about too many worker *processes* does not apply to threads.
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            super().__init__(dataset, *args, **DataLoader_kwargs)
+        if reuse_buffers:
+            if not callable(getattr(dataset, "alloc", None)) or not callable(
+                    getattr(dataset, "release", None)):
+                raise TypeError("reuse_buffers=True needs a dataset with alloc() and release() "
+                                f"(e.g. DistDataset); {type(dataset).__name__} has none")
+            if self.batch_size is None:
+                raise ValueError("reuse_buffers=True needs batch_size (the buffers hold batch_size rows); "
+                                 "a batch_sampler or batch_size=None cannot be used with it")
+            if self.collate_fn is not _default_collate and not collate_copies:
+                raise ValueError("reuse_buffers=True with a custom collate_fn: the buffers are reused "
+                                 "after collate, so collate_fn must copy; pass collate_copies=True if it "
+                                 "does, or use the default collate_fn")
+        self._core = _Core(self, bool(reuse_buffers), bool(collate_copies))
+
+    @property
+    def reuse_buffers(self):
+        """Whether batches are read into the fixed, pre-registered buffer pool."""
+        return self._core.reuse
+
+    def _get_iterator(self):
+        return _ThreadIter(self)
+
+    def __iter__(self):
+        return _ThreadIter(self)
+
+    def close(self):
+        """Stop the worker threads.
+
+        With reuse_buffers, waits for running fetches first, then unregisters
+        the buffer pool. Called on deletion. For a method-0 dataset whose epoch
+        was cut short it first finishes the reads other ranks started
+        (collective then).
+        """
+        core = self._core
+        if core is not None:
+            core.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing to report to at deletion
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+__all__ = ["ThreadDataLoader"]
