@@ -6,7 +6,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export FI_TCP_IFACE=lo
 if [ -x "$_dds_root/.venv/bin/python" ]; then export PATH="$_dds_root/.venv/bin:$PATH"; fi
 if [ ! -f "$_dds_root/build-dev/build.ninja" ]; then
-  meson setup "$_dds_root/build-dev" "$_dds_root" >/dev/null
+  meson setup "$_dds_root/build-dev" "$_dds_root" -Dlibddstore:libfabric=auto >/dev/null
 fi
 ninja -C "$_dds_root/build-dev" >/dev/null || echo "dev-env: build failed (run ninja -C build-dev)" >&2
 export PYDDSTORE_LIBRARY="$_dds_root/build-dev/subprojects/libddstore/libddstore.so"

@@ -619,8 +619,13 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
         if (s->method != 0) {
             rc = dds_fab_var_expose(s, v);
             rc = dds_agree(s->comm, rc);
-            if (rc)
+            if (rc) {
+                /* Another group may have failed after this one exposed v:
+                 * drop its registration (and method-2 file) first. A no-op
+                 * where expose failed (v->fab is NULL there). */
+                dds_fab_var_release(s, v);
                 dds_shard_release(s, v);
+            }
         }
     }
     if (rc == DDS_OK) {

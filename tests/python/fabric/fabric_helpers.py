@@ -1,0 +1,85 @@
+"""Shared helpers of the libfabric (methods 1 and 2) suite.
+
+Row content is a pure function of (salt, global row, element), so a core
+rank and a reader process in another job can both compute what any row must
+hold and compare bit-exact.
+"""
+import contextlib
+import os
+import tempfile
+
+import numpy as np
+
+# Provider the suite runs on: DDSTORE_FABRIC (shm or tcp with FI_TCP_IFACE=lo
+# on a single machine), shm by default.
+PROVIDER = os.environ.get("DDSTORE_FABRIC") or "shm"
+
+# Rows held by rank r (cycled): rank 1 holds none.
+ROWS_PATTERN = (6, 0, 4, 3)
+
+# (name, dtype, row shape, salt) of the variables the reader tests publish.
+VARIABLES = (
+    ("fab/f32", "float32", (3,), 1),
+    ("fab/i64", "int64", (), 2),
+    ("fab/u8", "uint8", (4097,), 3),
+    ("label/record_array", "float64", (2, 2), 4),
+)
+
+
+def rows_of(rank, size):
+    """Local row count of `rank` in a group of `size` ranks."""
+    if size == 1:
+        return 5
+    return ROWS_PATTERN[rank % len(ROWS_PATTERN)]
+
+
+def offsets(size):
+    """Global index of each rank's first row, and the total, as an int64 array."""
+    return np.concatenate([[0], np.cumsum([rows_of(r, size) for r in range(size)])]).astype(np.int64)
+
+
+def values(rows, row_shape, dtype, salt):
+    """Expected content of global `rows`: shape (len(rows),) + row_shape."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    k = int(np.prod(row_shape)) if row_shape else 1
+    base = rows[:, None] * 257 + np.arange(k, dtype=np.int64)[None, :] * 13 + salt * 100003
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        v = ((base % 8191) - 4000).astype(dt) / dt.type(8)
+    else:
+        v = base.astype(dt)
+    return np.ascontiguousarray(v.reshape((len(rows),) + tuple(row_shape)))
+
+
+def local_values(rank, size, row_shape, dtype, salt):
+    """Rank `rank`'s shard."""
+    off = offsets(size)
+    return values(np.arange(off[rank], off[rank + 1]), row_shape, dtype, salt)
+
+
+def shared_tmpdir(comm, prefix):
+    """A fresh directory name agreed by all ranks (rank 0 creates the parent)."""
+    d = tempfile.mkdtemp(prefix=prefix) if comm.Get_rank() == 0 else None
+    return comm.bcast(d, root=0)
+
+
+def reader_env():
+    """The environment of a process of "another job": no MPI launcher variables."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPI_LOCALRANK"))}
+
+
+@contextlib.contextmanager
+def through_fabric():
+    """Stores created inside read other ranks' rows through libfabric even on
+    one node (DDSTORE_NODE_LOCAL=0 disables the shared-memory shortcut);
+    the variable is read when the store is created."""
+    old = os.environ.get("DDSTORE_NODE_LOCAL")
+    os.environ["DDSTORE_NODE_LOCAL"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["DDSTORE_NODE_LOCAL"]
+        else:
+            os.environ["DDSTORE_NODE_LOCAL"] = old
