@@ -185,6 +185,21 @@ DDS_API int dds_get(dds_store *s, const char *name, void *out, int64_t start, in
     return rc;
 }
 
+/* Shared end of get_batch and get_ranges: run the transfers when the
+ * arguments were good, then complete group-collectively (a rank whose
+ * arguments were bad still takes part, so none waits for it). */
+static int batched_read_finish(dds_store *s, dds_var *v, op_list *l, bool live, int rc, uint64_t t0)
+{
+    if (rc == DDS_OK && l->n)
+        rc = execute(s, v, l);
+    free(l->ops);
+    if (!live)
+        return rc;
+    rc = finish_collective(s, rc);
+    read_end(s, t0);
+    return rc;
+}
+
 DDS_API int dds_get_batch(dds_store *s, const char *name, void *out, const int64_t *rows, int64_t nrows)
 {
     dds_err_clear();
@@ -211,15 +226,8 @@ DDS_API int dds_get_batch(dds_store *s, const char *name, void *out, const int64
                 owner = dds_owner_of(v, s->group_size, r);
             ops_push(&l, v, owner, r, 1, (char *)out + i * v->row_bytes);
         }
-        if (rc == DDS_OK)
-            rc = execute(s, v, &l);
     }
-    free(l.ops);
-    if (!live)
-        return rc;
-    rc = finish_collective(s, rc);
-    read_end(s, t0);
-    return rc;
+    return batched_read_finish(s, v, &l, live, rc, t0);
 }
 
 DDS_API int dds_get_ranges(dds_store *s, const char *name, void *out, const int64_t *starts,
@@ -260,15 +268,8 @@ DDS_API int dds_get_ranges(dds_store *s, const char *name, void *out, const int6
             rc = ops_push_range(&l, v, s->group_size, starts[i], counts[i], dst);
             dst += counts[i] * v->row_bytes;
         }
-        if (rc == DDS_OK)
-            rc = execute(s, v, &l);
     }
-    free(l.ops);
-    if (!live)
-        return rc;
-    rc = finish_collective(s, rc);
-    read_end(s, t0);
-    return rc;
+    return batched_read_finish(s, v, &l, live, rc, t0);
 }
 
 /* ---- synchronisation ------------------------------------------------------------- */
