@@ -172,8 +172,8 @@ DDS_API int dds_get(dds_store *s, const char *name, void *out, int64_t start, in
         return rc;
     int64_t total = v->offsets[s->group_size];
     if (start < 0 || start > total || nrows > total - start)
-        return dds_err(DDS_ERANGE, "variable '%s': rows [%lld, %lld) are outside [0, %lld)", name,
-                       (long long)start, (long long)(start + nrows), (long long)total);
+        return dds_err(DDS_ERANGE, "variable '%s': %lld rows from row %lld are outside [0, %lld)", name,
+                       (long long)nrows, (long long)start, (long long)total);
     op_list l = { 0 };
     rc = ops_reserve(&l, (size_t)s->group_size < 64 ? (size_t)s->group_size : 64, name);
     if (rc == DDS_OK)
@@ -249,8 +249,8 @@ DDS_API int dds_get_ranges(dds_store *s, const char *name, void *out, const int6
         for (int64_t i = 0; i < nranges; i++) {
             int64_t st = starts[i], n = counts[i];
             if (n < 0 || st < 0 || st > total || n > total - st) {
-                rc = dds_err(DDS_ERANGE, "variable '%s': range %lld [%lld, %lld) is outside [0, %lld)",
-                             name, (long long)i, (long long)st, (long long)(st + n), (long long)total);
+                rc = dds_err(DDS_ERANGE, "variable '%s': range %lld (%lld rows from row %lld) is outside [0, %lld)",
+                             name, (long long)i, (long long)n, (long long)st, (long long)total);
                 break;
             }
             if (sum > INT64_MAX / v->row_bytes - n) {

@@ -9,6 +9,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -87,20 +89,14 @@ static int alloc_shared(dds_store *s, dds_var *v, size_t bytes)
 
 static int alloc_private(dds_store *s, dds_var *v, size_t bytes)
 {
-    if (s->method == 0) {
-        int mrc = MPI_Alloc_mem((MPI_Aint)bytes, MPI_INFO_NULL, &v->mpi_mem);
-        if (mrc != MPI_SUCCESS) {
-            v->mpi_mem = NULL;
-            return dds_err(DDS_ENOMEM, "variable '%s': cannot allocate %zu bytes (MPI_Alloc_mem)",
-                           v->name, bytes);
-        }
-        v->base = v->mpi_mem;
-    } else {
-        void *p = NULL;
-        if (posix_memalign(&p, PAGE_BYTES, bytes) != 0)
-            return dds_err(DDS_ENOMEM, "variable '%s': cannot allocate %zu bytes", v->name, bytes);
-        v->base = p;
-    }
+    /* Plain memory for every method: MPI_Win_create exposes any memory, and
+     * MPI_Alloc_mem fails badly on large requests (Open MPI raises
+     * MPI_ERR_NO_MEM on MPI_COMM_WORLD, fatal by default; MPICH 4.0 ch4
+     * returns MPI_SUCCESS with an invalid pointer). */
+    void *p = NULL;
+    if (posix_memalign(&p, PAGE_BYTES, bytes) != 0)
+        return dds_err(DDS_ENOMEM, "variable '%s': cannot allocate %zu bytes", v->name, bytes);
+    v->base = p;
     v->peer_base[s->group_rank] = v->base;
     return DDS_OK;
 }
@@ -113,7 +109,39 @@ int dds_shard_alloc(dds_store *s, dds_var *v)
     if ((uint64_t)v->local_rows * (uint64_t)v->row_bytes > (uint64_t)PTRDIFF_MAX)
         return dds_err(DDS_EOVERFLOW, "variable '%s' is too large for this machine", v->name);
 
-    int rc = s->shm_enabled ? alloc_shared(s, v, bytes) : alloc_private(s, v, bytes);
+    /* Refuse shards this node cannot hold before asking MPI: a failed
+     * MPI_Win_allocate_shared in Open MPI 4.1 returns on the rank that
+     * creates the segment and leaves the node's other ranks waiting inside
+     * it. With shared memory, one rank allocates the whole node's segment. */
+    int rc = DDS_OK;
+    double node_bytes = (double)bytes;
+    if (s->shm_enabled) {
+        double mine = (double)bytes;
+        int mrc = MPI_Allreduce(&mine, &node_bytes, 1, MPI_DOUBLE, MPI_SUM, s->node);
+        if (mrc != MPI_SUCCESS)
+            rc = dds_err_mpi(mrc, "MPI_Allreduce (shard sizes)");
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double phys = (pages > 0 && page > 0) ? (double)pages * (double)page : 0;
+    struct rlimit as;
+    double as_limit = 0; /* every rank of the node maps the whole shared segment */
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+        as_limit = (double)as.rlim_cur;
+    if (rc == DDS_OK && phys > 0 && node_bytes > phys)
+        rc = dds_err(DDS_ENOMEM,
+                     "variable '%s': %.0f bytes of shards on this node exceed its %.0f bytes of "
+                     "memory (use more nodes or fewer rows per rank)",
+                     v->name, node_bytes, phys);
+    else if (rc == DDS_OK && as_limit > 0 && node_bytes > as_limit)
+        rc = dds_err(DDS_ENOMEM,
+                     "variable '%s': %.0f bytes of shards on this node exceed the address-space "
+                     "limit of %.0f bytes (ulimit -v)",
+                     v->name, node_bytes, as_limit);
+    rc = dds_agree(s->group, rc);
+    if (rc)
+        return rc;
+
+    rc = s->shm_enabled ? alloc_shared(s, v, bytes) : alloc_private(s, v, bytes);
     /* Window creation below is collective over the group: agree first. */
     rc = dds_agree(s->group, rc);
     if (rc) {

@@ -295,6 +295,14 @@ static void store_release_comms(dds_store *s)
         MPI_Comm_free(&s->comm);
 }
 
+/* Freed store structs wait here (magic cleared) until 64 more stores have
+ * been freed: the allocator would otherwise give the next store the same
+ * address, and a stale handle would pass dds_store_check() as that new
+ * store (a double free would free someone else's store). */
+#define GRAVEYARD 64
+static dds_store *graveyard[GRAVEYARD];
+static size_t grave_next;
+
 static void store_destroy(dds_store *s)
 {
     s->magic = 0;
@@ -303,7 +311,12 @@ static void store_destroy(dds_store *s)
     free(s->handshake_dir);
     free(s->vars);
     pthread_rwlock_destroy(&s->vars_lock);
-    free(s);
+    pthread_mutex_lock(&registry_lock);
+    dds_store *oldest = graveyard[grave_next];
+    graveyard[grave_next] = s;
+    grave_next = (grave_next + 1) % GRAVEYARD;
+    pthread_mutex_unlock(&registry_lock);
+    free(oldest);
 }
 
 /* Allocate a store with no MPI resources yet (also used for readers). */
@@ -368,6 +381,23 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
         if (o.width < 0 || s->width > s->size || s->size % s->width != 0)
             rc = dds_err(DDS_EINVAL, "width %d does not divide the communicator size %d", (int)o.width,
                          s->size);
+    }
+    {
+        /* Each rank's method and width may be valid on its own and still
+         * differ between ranks; the groups below would then disagree on
+         * their membership and on the number of collective steps (a hang).
+         * Every rank takes part, also one whose own values were rejected. */
+        int ok = rc == DDS_OK;
+        int mine[5] = { ok, s->method, -s->method, s->width, -s->width }, all[5];
+        int mrc2 = MPI_Allreduce(mine, all, 5, MPI_INT, MPI_MIN, s->comm);
+        if (mrc2 != MPI_SUCCESS && rc == DDS_OK)
+            rc = dds_err_mpi(mrc2, "MPI_Allreduce (method and width)");
+        else if (rc == DDS_OK && all[0] && all[1] != -all[2])
+            rc = dds_err(DDS_EMISMATCH, "ranks disagree on the method (%d to %d); pass the same "
+                         "method on every rank", all[1], -all[2]);
+        else if (rc == DDS_OK && all[0] && all[3] != -all[4])
+            rc = dds_err(DDS_EMISMATCH, "ranks disagree on the width (%d to %d); pass the same "
+                         "width on every rank", all[3], -all[4]);
     }
     if (rc == DDS_OK && s->method != 0 && !dds_has_fabric())
         rc = dds_err(DDS_ENOTSUP,
@@ -555,9 +585,16 @@ static int compute_offsets(dds_store *s, dds_var *v)
 {
     v->offsets = calloc((size_t)s->group_size + 1, sizeof *v->offsets);
     v->peer_base = calloc((size_t)s->group_size, sizeof *v->peer_base);
+    /* A rank short of memory still takes part in the allgather (into a
+     * scratch buffer), so that the others do not wait for it; the caller
+     * agrees on the result. */
+    int64_t *counts = v->offsets ? v->offsets + 1 : calloc((size_t)s->group_size, sizeof *counts);
+    int mrc = counts ? MPI_Allgather(&v->local_rows, 1, MPI_INT64_T, counts, 1, MPI_INT64_T, s->group)
+                     : MPI_ERR_NO_MEM;
+    if (counts && counts != v->offsets + 1)
+        free(counts);
     if (!v->offsets || !v->peer_base)
         return dds_err(DDS_ENOMEM, "out of memory adding variable '%s'", v->name);
-    int mrc = MPI_Allgather(&v->local_rows, 1, MPI_INT64_T, v->offsets + 1, 1, MPI_INT64_T, s->group);
     if (mrc != MPI_SUCCESS)
         return dds_err_mpi(mrc, "MPI_Allgather (row counts)");
     for (int r = 0; r < s->group_size; r++) {
@@ -605,9 +642,11 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
     }
     rc = dds_agree(s->comm, rc);
     if (rc == DDS_OK) {
-        rc = dds_with_window_lock(s, shard_alloc_cb, v);
-        rc = dds_agree(s->comm, rc);
-        if (rc)
+        int group_rc = dds_with_window_lock(s, shard_alloc_cb, v);
+        rc = dds_agree(s->comm, group_rc);
+        if (rc && group_rc == DDS_OK)
+            dds_shard_release(s, v); /* this group allocated, another one failed */
+        else if (rc)
             v->base = NULL; /* dds_shard_alloc cleaned up after itself */
     }
     if (rc == DDS_OK) {
@@ -673,8 +712,8 @@ DDS_API int dds_update(dds_store *s, const char *name, const void *data, int64_t
         return dds_err(DDS_EINVAL, "variable '%s': negative row count or offset", name);
     if (offset > v->local_rows || nrows > v->local_rows - offset)
         return dds_err(DDS_ERANGE,
-                       "variable '%s': rows [%lld, %lld) are outside this rank's %lld local rows", name,
-                       (long long)offset, (long long)(offset + nrows), (long long)v->local_rows);
+                       "variable '%s': %lld rows at local row %lld are outside this rank's %lld local rows",
+                       name, (long long)nrows, (long long)offset, (long long)v->local_rows);
     if (nrows > 0 && !data)
         return dds_err(DDS_EINVAL, "variable '%s': data is NULL", name);
     if (nrows)
