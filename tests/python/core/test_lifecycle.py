@@ -14,6 +14,8 @@ from pyddstore import DDStoreKeyError, PyDDStore
 
 from core_helpers import METHOD, local_values, make_store, same_bytes, subprocess_env, values
 
+# The launcher of the MPI this suite runs under (ci/mpich.sh sets mpiexec.mpich).
+MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -100,7 +102,7 @@ def _run(args, timeout=120, env=None):
 @pytest.mark.parametrize("ranks,width", [(2, None), (3, None), (4, 2)])
 def test_original_style_script_runs_unchanged(comm, ranks, width):
     _single(comm)
-    args = ["mpiexec", "-n", str(ranks), sys.executable, os.path.join(HERE, "original_style_script.py")]
+    args = [MPIEXEC, "-n", str(ranks), sys.executable, os.path.join(HERE, "original_style_script.py")]
     if width:
         args.append(str(width))
     rc, out = _run(args)
@@ -141,7 +143,7 @@ def test_unfreed_stores_are_freed_at_exit(comm):
     _single(comm)
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(EXIT_SCRIPT)
-    rc, out = _run(["mpiexec", "-n", "3", sys.executable, f.name], timeout=60)
+    rc, out = _run([MPIEXEC, "-n", "3", sys.executable, f.name], timeout=60)
     os.unlink(f.name)
     assert rc == 0, out
     assert "exiting" in out and "failed" not in out, out

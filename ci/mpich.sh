@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# libddstore with Debian's MPICH beside the default Open MPI.
+#
+#   bash ci/mpich.sh            install MPICH if missing, build build-mpich/, run the C tests
+#   bash ci/mpich.sh --python   also build mpi4py from source against MPICH into
+#                               .mpich/venv (cached) and run the Python core suite with it
+#
+# Installing libmpich-dev/mpich must not change which MPI the machine uses by
+# default: Debian registers both in the `mpi` and `mpirun` alternatives and
+# Open MPI has the higher priority on amd64, but a manual selection or another
+# architecture could flip them. The script records the selections before
+# installing and puts them back if they moved, then checks that `mpiexec`
+# still is Open MPI. MPICH is always called by its own names (mpiexec.mpich,
+# mpicc.mpich) and never mixed with Open MPI in one process.
+#
+# MPI-specific behaviour users must know (measured on this machine, 2 ranks,
+# DDSTORE_NODE_LOCAL=0 so that reads take the RMA path): with method 0 a
+# dds_get() of another rank's row is MPI_Get + flush in a passive-target
+# epoch. Open MPI 4.1 (osc rdma) completes it at once while the target sleeps
+# or computes outside MPI; MPICH 4.0 (ch4:ucx) completes it only when the
+# target next enters the MPI library: the read took 3.0 s while the target
+# spent 3 s outside MPI. MPICH_ASYNC_PROGRESS=1 (a progress thread per rank,
+# which costs a core) brings it to a few ms. Reads of ranks on the same node
+# through the shared-memory fast path (DDSTORE_NODE_LOCAL=1, the default) are
+# memcpy and unaffected with both MPIs.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+python_too=0
+[ "${1:-}" = "--python" ] && python_too=1
+
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+alt_value() { update-alternatives --query "$1" 2>/dev/null | awk '/^Value:/ {print $2}'; }
+alt_status() { update-alternatives --query "$1" 2>/dev/null | awk '/^Status:/ {print $2}'; }
+
+# ---- install, keeping Open MPI the default ----------------------------------------
+declare -A before_value before_status
+for g in mpi mpirun; do
+  before_value[$g]="$(alt_value $g)"
+  before_status[$g]="$(alt_status $g)"
+done
+missing=()
+for p in mpich libmpich-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "mpich: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+    "${missing[@]}" >/dev/null
+fi
+for g in mpi mpirun; do
+  now="$(alt_value $g)"
+  if [ -n "${before_value[$g]}" ] && [ "$now" != "${before_value[$g]}" ]; then
+    echo "mpich: alternative '$g' moved to $now; restoring ${before_value[$g]}"
+    if [ "${before_status[$g]}" = auto ]; then
+      $SUDO update-alternatives --auto "$g" >/dev/null
+    fi
+    if [ "$(alt_value $g)" != "${before_value[$g]}" ]; then
+      $SUDO update-alternatives --set "$g" "${before_value[$g]}" >/dev/null
+    fi
+  fi
+done
+if ! mpiexec --version 2>&1 | grep -qiE "open ?mpi|openrte"; then
+  echo "mpich: the default mpiexec is no longer Open MPI:" >&2
+  mpiexec --version >&2 || true
+  exit 1
+fi
+command -v mpiexec.mpich >/dev/null || { echo "mpich: mpiexec.mpich not found" >&2; exit 1; }
+echo "mpich: $(mpichversion 2>/dev/null | sed -n 's/^MPICH \(Version\|Device\):[[:space:]]*/\1 /p' | paste -sd ';' -)"
+echo "mpich: default mpiexec is still $(mpiexec --version 2>&1 | head -1)"
+
+# ---- build libddstore + C tests against MPICH --------------------------------------
+build=build-mpich
+if [ ! -f "$build/build.ninja" ]; then
+  nice meson setup "$build" . -Dlibddstore:mpi=mpich >/dev/null
+fi
+nice ninja -C "$build" -j2 >/dev/null
+if ! ldd "$build/tests/test_core" | grep -q libmpich; then
+  echo "mpich: $build/tests/test_core is not linked with MPICH" >&2
+  exit 1
+fi
+libdir="$build/subprojects/libddstore"
+nice mpicc.mpich -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -O1 -Ilibddstore/include \
+  tests/c/test_badinput.c -o "$build/test_badinput" -L"$libdir" -lddstore -Wl,-rpath,"$(cd "$libdir" && pwd)"
+has_fabric=0
+ldd "$libdir/libddstore.so" | grep -q libfabric && has_fabric=1
+hsdir="$(mktemp -d /tmp/ddstore-mpich-hs.XXXXXX)"
+trap 'rm -rf "$hsdir"' EXIT
+
+failures=0
+run() { # run <label> <timeout> <command...>
+  local label=$1 t=$2; shift 2
+  local t0=$SECONDS
+  if timeout -k 10 "$t" "$@" > "$build/last.log" 2>&1; then
+    echo "mpich: ok   $label ($((SECONDS - t0)) s): $(grep -E 'passed' "$build/last.log" | tail -1)"
+  else
+    echo "mpich: FAIL $label ($((SECONDS - t0)) s)"
+    tail -20 "$build/last.log"
+    failures=$((failures + 1))
+  fi
+}
+# Hydra (MPICH's launcher) needs no root/oversubscription flags. Ranks spin
+# while they wait, so 4 ranks on 2 cores are slow but correct.
+for n in 1 2 4; do
+  for nl in 1 0; do
+    run "test_core method=0 np=$n node_local=$nl" 180 \
+      env DDSTORE_METHOD=0 DDSTORE_NODE_LOCAL=$nl mpiexec.mpich -n $n "$build/tests/test_core"
+  done
+  if [ $has_fabric = 1 ] && [ $n -le 2 ]; then
+    run "test_core method=1 fabric=shm np=$n" 180 \
+      env DDSTORE_METHOD=1 DDSTORE_FABRIC=shm mpiexec.mpich -n $n "$build/tests/test_core"
+  fi
+done
+for n in 1 2; do
+  for nl in 1 0; do
+    run "test_badinput method=0 np=$n node_local=$nl" 180 \
+      env DDSTORE_METHOD=0 DDSTORE_NODE_LOCAL=$nl mpiexec.mpich -n $n "$build/test_badinput"
+  done
+done
+if [ $has_fabric = 1 ]; then
+  run "test_badinput method=2 fabric=shm np=2" 180 \
+    env DDSTORE_METHOD=2 DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir" \
+    mpiexec.mpich -n 2 "$build/test_badinput"
+fi
+
+# ---- mpi4py against MPICH (optional, cached) ------------------------------------------
+if [ $python_too = 1 ]; then
+  venv=.mpich/venv
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "from mpi4py import MPI; assert 'MPICH' in MPI.Get_library_version()" 2>/dev/null; then
+    echo "mpich: building mpi4py from source against MPICH into $venv (cached; takes a few minutes)"
+    t0=$SECONDS
+    python3 -m venv --system-site-packages "$venv"
+    # numpy/pytest from the main venv's pinned requirements; mpi4py compiled
+    # with mpicc.mpich, never the Open MPI wheel.
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q numpy pytest
+    env MPICC=mpicc.mpich CC=mpicc.mpich nice "$venv/bin/python" -m pip install -q \
+      --no-binary=mpi4py --no-cache-dir --no-build-isolation mpi4py
+    echo "mpich: mpi4py built in $((SECONDS - t0)) s"
+  fi
+  "$venv/bin/python" -c "from mpi4py import MPI; print('mpich: mpi4py', MPI.Get_library_version().splitlines()[0])"
+  if [ -d tests/python/core ]; then
+    for n in 1 2 4; do
+      # MPIEXEC names MPICH's launcher for tests that start jobs of their own
+      # (Open MPI's mpiexec cannot start an MPICH-built mpi4py).
+      run "pytest tests/python/core np=$n (MPICH)" 600 \
+        env MPIEXEC=mpiexec.mpich PYDDSTORE_LIBRARY="$(cd "$libdir" && pwd)/libddstore.so" \
+        PYTHONPATH="$root/pyddstore-core" \
+        mpiexec.mpich -n $n "$venv/bin/python" tests/python/run_pytest.py -q tests/python/core
+    done
+  fi
+fi
+
+if [ $failures -ne 0 ]; then
+  echo "mpich: $failures run(s) failed"
+  exit 1
+fi
+echo "mpich: all runs passed"
