@@ -126,7 +126,10 @@ fi
 
 # ---- mpi4py against MPICH (optional, cached) ------------------------------------------
 if [ $python_too = 1 ]; then
-  venv=.mpich/venv
+  # Outside the checkout, so that CI runs on the same machine (each in a
+  # fresh clone) reuse the mpi4py build.
+  venv=${PYDDSTORE_MPICH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/pyddstore/mpich-venv}
+  mkdir -p "$(dirname "$venv")"
   if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "from mpi4py import MPI; assert 'MPICH' in MPI.Get_library_version()" 2>/dev/null; then
     echo "mpich: building mpi4py from source against MPICH into $venv (cached; takes a few minutes)"
     t0=$SECONDS
@@ -135,21 +138,31 @@ if [ $python_too = 1 ]; then
     # with mpicc.mpich, never the Open MPI wheel.
     "$venv/bin/python" -m pip install -q --upgrade pip
     "$venv/bin/python" -m pip install -q numpy pytest
+    "$venv/bin/python" -m pip install -q torch==2.13.0
     env MPICC=mpicc.mpich CC=mpicc.mpich nice "$venv/bin/python" -m pip install -q \
       --no-binary=mpi4py --no-cache-dir --no-build-isolation mpi4py
     echo "mpich: mpi4py built in $((SECONDS - t0)) s"
   fi
   "$venv/bin/python" -c "from mpi4py import MPI; print('mpich: mpi4py', MPI.Get_library_version().splitlines()[0])"
-  if [ -d tests/python/core ]; then
-    for n in 1 2 4; do
-      # MPIEXEC names MPICH's launcher for tests that start jobs of their own
-      # (Open MPI's mpiexec cannot start an MPICH-built mpi4py).
-      run "pytest tests/python/core np=$n (MPICH)" 600 \
-        env MPIEXEC=mpiexec.mpich PYDDSTORE_LIBRARY="$(cd "$libdir" && pwd)/libddstore.so" \
-        PYTHONPATH="$root/pyddstore-core" \
-        mpiexec.mpich -n $n "$venv/bin/python" tests/python/run_pytest.py -q tests/python/core
+  mpich_py() { # mpich_py <label> <ranks> <suite> [env...]
+    local label=$1 n=$2 suite=$3; shift 3
+    # MPIEXEC names MPICH's launcher for tests that start jobs of their own
+    # (Open MPI's mpiexec cannot start an MPICH-built mpi4py).
+    run "pytest $suite np=$n $label (MPICH)" 900 \
+      env MPIEXEC=mpiexec.mpich PYDDSTORE_LIBRARY="$(cd "$libdir" && pwd)/libddstore.so" \
+      PYTHONPATH="$root/pyddstore-core:$root/pyddstore-torch" "$@" \
+      mpiexec.mpich -n "$n" "$venv/bin/python" tests/python/run_pytest.py -q --color=no "$suite"
+  }
+  for n in 1 2 4; do
+    mpich_py "method 0" $n tests/python/core
+  done
+  mpich_py "method 0 via RMA" 4 tests/python/core DDSTORE_NODE_LOCAL=0
+  if [ $has_fabric = 1 ]; then
+    for n in 2 4; do
+      mpich_py "method 1 shm" $n tests/python/core DDSTORE_METHOD=1 DDSTORE_FABRIC=shm DDSTORE_NODE_LOCAL=0
     done
   fi
+  mpich_py "method 0" 2 tests/python/torch
 fi
 
 if [ $failures -ne 0 ]; then
