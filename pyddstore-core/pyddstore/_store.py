@@ -40,6 +40,8 @@ from ._errors import (
 _c = _lib.lib
 
 _INT64_MAX = (1 << 63) - 1
+_INT64 = np.dtype(np.int64)
+_Byte = ctypes.c_char  # element type of the zero-copy views get_batch passes by reference
 
 # (kind, itemsize) of native numpy dtypes -> enum dds_dtype tag.
 _TAG_OF_KIND = {
@@ -119,7 +121,7 @@ class _Var:
     """Cached metadata of one variable (variables never change shape)."""
 
     __slots__ = ("name", "bname", "tag", "dtype", "row_bytes", "global_rows", "local_rows",
-                 "first_row", "offsets", "row_shape", "disp", "itemsize")
+                 "first_row", "offsets", "row_shape", "disp", "itemsize", "layouts")
 
     def describe(self):
         """What rows of this variable look like, for error messages."""
@@ -189,7 +191,10 @@ class _Handle:
         self.collective = collective  # dds_free is collective (store from dds_create)
         self.comms = list(comms)      # mpi4py communicators to Free after dds_free
         self.pid = os.getpid()
-        self._cv = threading.Condition(threading.Lock())
+        # Reads take and release the plain lock directly (a Condition's `with` costs Python-level
+        # calls on every read); the Condition over the same lock serves free()'s waits.
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
         self._busy = 0
         self._closing = False
         with _live_lock:
@@ -201,17 +206,25 @@ class _Handle:
                 "this store was created in the parent process; a store cannot be used after "
                 "fork() (use threads, e.g. pyddstore.torch.ThreadDataLoader, or num_workers=0)",
                 DDS_ESTATE)
-        with self._cv:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self.ptr is None or self._closing:
                 raise DDStoreStateError("the store has been freed", DDS_ESTATE)
             self._busy += 1
             return self.ptr
+        finally:
+            lock.release()
 
     def __exit__(self, *exc):
-        with self._cv:
+        lock = self._lock
+        lock.acquire()
+        try:
             self._busy -= 1
-            if self._busy == 0:
+            if self._busy == 0 and self._closing:  # only free() waits for in-flight calls
                 self._cv.notify_all()
+        finally:
+            lock.release()
         return False
 
     @property
@@ -595,6 +608,7 @@ class PyDDStore:
             if rc:
                 self._raise(rc)
         v = _Var()
+        v.layouts = set()  # (dtype, shape[1:]) of output arrays that passed _check_rows_match
         v.name = name
         v.bname = bname
         v.tag = ci.dtype
@@ -749,10 +763,30 @@ class PyDDStore:
         allowed; ``out.shape[0] >= len(rows)``). Method 0: collective over the
         group (every rank of the group calls it the same number of times;
         pass an empty `rows` when there is nothing to read)."""
+        # Fast path for what a loader passes on every batch: a known variable, a writable
+        # C-contiguous ndarray whose layout already passed the checks below, and a 1-D
+        # C-contiguous writable int64 ndarray of rows. O(1) checks only: libddstore checks
+        # every row against the variable's range itself (and, where a group-collective read
+        # synchronises, reports DDS_ERANGE on every rank of the group, so none is left waiting).
+        v = self._vars.get(name) if type(name) is str else None
+        if (v is not None and type(out) is np.ndarray and type(rows) is np.ndarray
+                and rows.dtype == _INT64 and rows.ndim == 1 and out.ndim
+                and 0 < rows.shape[0] <= out.shape[0] and (out.dtype, out.shape[1:]) in v.layouts):
+            of, rf = out.flags, rows.flags
+            if of.c_contiguous and of.writeable and rf.c_contiguous and rf.writeable:
+                with self._h as ptr:
+                    # from_buffer + byref: the data address without building .ctypes or
+                    # __array_interface__ (each costs more than the C call for small reads).
+                    rc = _c.dds_get_batch(ptr, v.bname, ctypes.byref(_Byte.from_buffer(out)),
+                                          ctypes.byref(_Byte.from_buffer(rows)), rows.shape[0])
+                if rc:
+                    self._raise(rc)
+                return
         v = self._var(name)
         try:
             o = _to_array(out, "output", name, output=True)
             _check_rows_match(v, o, "output")
+            v.layouts.add((o.dtype, o.shape[1:]))
             r = _int64_array(rows, "rows", name)
             n = r.size
             if o.shape[0] < n:

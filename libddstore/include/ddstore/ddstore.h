@@ -111,7 +111,7 @@ typedef struct dds_options {
     const char *handshake_dir; /* method 2; NULL: DDSTORE_HANDSHAKE_DIR, else ./ddstore_hs */
 } dds_options;
 
-/* Store description, filled by dds_store_info(). */
+/* Store description, filled by dds_store_info_get(). */
 typedef struct dds_store_info {
     uint32_t size;        /* sizeof(dds_store_info), set by the caller */
     int32_t method;       /* the method in use (never DDS_METHOD_DEFAULT) */

@@ -60,6 +60,22 @@ class _SampleBatch(list):
         return st.collated(self._structure, cols)
 
 
+class _ColumnBatch:
+    """A batch read as one column per field, with no per-sample views: what
+    ThreadDataLoader's default collate returns for it is the columns themselves."""
+
+    __slots__ = ("_structure", "_columns")
+
+    def __init__(self, structure, columns):
+        self._structure = structure
+        self._columns = columns
+
+    def collated(self, copy):
+        """default_collate of the batch (tensors owning their memory when copy=True)."""
+        cols = [c.clone() if copy else c for c in self._columns]
+        return st.collated(self._structure, cols)
+
+
 class _StoreDataset(torch.utils.data.Dataset):
     """Reading side shared by DistDataset and DistDatasetReader.
 
@@ -337,6 +353,24 @@ class _StoreDataset(torch.utils.data.Dataset):
         return _SampleBatch(samples, self._structure, cols)
 
     # ---- ThreadDataLoader hooks ---------------------------------------------
+    def _pyddstore_column_batch(self, indices, out=None):
+        """The batch as a _ColumnBatch, for a loader that collates with the default collate:
+        the same reads as __getitems__ without building a view per sample and field (a
+        Python call and a tensor view each, which cost more than the read itself for small
+        samples). None when samples need per-sample work (decode, ragged fields) or a
+        subclass overrides __getitems__; decided before reading, so the caller's fallback to
+        __getitems__ never reads twice."""
+        if (self._decode is not None or self._ragged is not None
+                or type(self).__getitems__ is not _StoreDataset.__getitems__):
+            return None
+        self._check_open()
+        keys = self._structure.keys
+        rows, bad = self._rows(indices)
+        vals = self._to_values(keys, self._read_columns(rows, keys, out, bad))
+        return _ColumnBatch(self._structure, [
+            v if isinstance(v, torch.Tensor) else torch.from_numpy(v)
+            for v in (vals[f.key] for f in self._structure.fields)])
+
     def _pyddstore_ordered_reads(self):
         """The dataset whose reads are collective (method 0) or None: ThreadDataLoader reads in order."""
         return self if self._collective else None
@@ -657,7 +691,10 @@ class DistDataset(_StoreDataset):
                     raise ValueError(
                         f"samples {a}..{b - 1}, field {k!r}: read_range() gave dtype={arr.dtype} "
                         f"shape={arr.shape}, expected dtype={f.dtype.name} shape={(m,) + f.shape}")
-                out[k][...] = arr
+                if bufs is None and arr.dtype == f.dtype and arr.flags.c_contiguous:
+                    out[k] = arr  # store.add() copies it: no intermediate copy of the share
+                else:
+                    out[k][...] = arr
             return out
         for j, i in enumerate(range(a, b)):
             sample = self._prepare(source[i], encode, fields, i)

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data import _utils as _dl_utils
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from .dataset import _SampleBatch
+from .dataset import _ColumnBatch, _SampleBatch
 
 _default_collate = _dl_utils.collate.default_collate
 
@@ -246,6 +246,11 @@ class _Core:
             return run.fetcher.fetch(index)  # iterable dataset; raises StopIteration at its end
         ds = self.dataset
         if self.auto_collation:
+            if self.fast_collate:
+                columns = getattr(ds, "_pyddstore_column_batch", None)
+                data = columns(index, out=bufs) if columns is not None else None
+                if data is not None:
+                    return data
             if bufs is not None:
                 return ds.__getitems__(index, out=bufs)
             getitems = getattr(ds, "__getitems__", None)
@@ -257,7 +262,7 @@ class _Core:
     def finish_batch(self, data):
         """Collate (cheaply, for DistDataset batches) and pin a fetched batch."""
         out = None
-        if self.fast_collate and isinstance(data, _SampleBatch):
+        if self.fast_collate and isinstance(data, (_SampleBatch, _ColumnBatch)):
             # The samples are views into one column per field: return the columns
             # instead of stacking the samples again (copied when the buffers are reused).
             out = data.collated(copy=self.reuse)
@@ -305,6 +310,9 @@ class _ThreadIter(_BaseDataLoaderIter):
     """Iterator of a ThreadDataLoader: keeps up to num_workers*prefetch_factor batches in flight."""
 
     def __init__(self, loader):
+        # Keep the loader alive while iterating: in `for b in ThreadDataLoader(...)`
+        # nothing else references it, and its __del__ would close the workers.
+        self._loader_ref = loader
         core = loader._core
         # DataLoader with persistent workers draws the base seed once, for its
         # first iterator only; do the same so the generator advances alike.

@@ -307,3 +307,9 @@ def test_method0_subset_reads_in_one_thread(world):
         assert_batches_equal(got, batches(DataLoader(sub, batch_size=4)))
     finally:
         ds.free()
+
+
+def test_inline_loader_yields_every_batch(world, dds):
+    # Nothing but the for statement holds the loader: it must stay alive.
+    n = sum(1 for _ in ThreadDataLoader(dds, batch_size=4, num_workers=2))
+    assert n == len(ThreadDataLoader(dds, batch_size=4))
