@@ -1,0 +1,315 @@
+"""Summary table (markdown) and plot (PNG) of a bench/results directory.
+
+    python bench/report.py [DIR]      # default bench/results; writes DIR/summary.md, DIR/summary.png
+
+Reads the JSON files the B1-B4 scripts wrote, checks the issue's targets (ratios to baselines
+measured in the same run) and says which are met, by how much the others are missed.
+"""
+
+import glob
+import json
+import os
+import statistics
+import sys
+
+TARGETS = {
+    "b1_4096": 0.8, "b1_64": 0.5,
+    "b2_ceiling": 0.5, "b2_inmem": 1.0, "b2_batched": 3.0, "b2_torch_dl": 5.0,
+    "b3_build": 0.5, "b3_rss": 1.10,
+}
+
+
+def load(d):
+    docs = {}
+    for p in sorted(glob.glob(os.path.join(d, "*.json"))):
+        with open(p) as f:
+            docs[os.path.basename(p)[:-5]] = json.load(f)
+    return docs
+
+
+def verdict(value, target, higher_is_better=True):
+    if value is None:
+        return "n/a"
+    ok = value >= target if higher_is_better else value <= target
+    if ok:
+        return "met"
+    miss = (target / value) if higher_is_better else (value / target)
+    return f"MISSED ({miss:.2f}x short)" if higher_is_better else f"MISSED ({miss:.2f}x over)"
+
+
+def loaded(doc):
+    """True when the machine was busier than its cores at the start (other jobs): then wall-clock
+    ratios are noise and the verdict uses CPU-time ratios (same loops, process CPU seconds)."""
+    return doc["machine"]["loadavg_start"][0] > doc["machine"]["cores"]
+
+
+def fmt(x, nd=3):
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def machine_line(doc):
+    m = doc["machine"]
+    m["mpi"] = m["mpi"].replace("\0", "")  # results written before _common stripped MPI's NUL
+    return (f"{m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB; {m['mpi']}; ranks {m['ranks']}"
+            f"{' (oversubscribed)' if m['oversubscribed'] else ''}; load {m['loadavg_start'][0]:.2f}"
+            f" -> {doc['loadavg_end'][0]:.2f}; {m['time_utc']}")
+
+
+def b1_section(docs, lines, summary):
+    for key in ("b1", "b1_n2"):
+        if key not in docs:
+            continue
+        doc = docs[key]
+        n = doc["machine"]["ranks"]
+        lines += [f"### B1 get_batch, K=256 random rows, {n} ranks", "", machine_line(doc), "",
+                  "| method | row bytes | store us/call | np.take us | ratio vs np.take (target) | "
+                  "CPU-time ratio | vs np.take mode=clip (wall / CPU) | C call alone vs np.take (wall / CPU) "
+                  "| verdict |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        rs = doc["results"]
+
+        def pick(method, rb, variant, base):
+            for r in rs:
+                if (r["method"], r["row_bytes"], r["variant"], r["baseline"]) == (method, rb, variant, base):
+                    return r
+            return None
+
+        for method in dict.fromkeys(r["method"] for r in rs):
+            for rb in sorted({r["row_bytes"] for r in rs if r["method"] == method}):
+                py = pick(method, rb, "py", "np.take")
+                pyc = pick(method, rb, "py", "np.take_clip")
+                cd = pick(method, rb, "c_direct", "np.take")
+                tgt = TARGETS.get(f"b1_{rb}")
+                judged = py["ratio_cpu"] if loaded(doc) else py["ratio"]
+                v = verdict(judged, tgt) if (tgt and key == "b1") else "-"
+                lines.append(f"| {method} | {rb} | {py['store_us']:.2f} | {py['baseline_us']:.2f} | "
+                             f"{fmt(py['ratio'])} ({tgt if tgt else '-'}) | {fmt(py['ratio_cpu'])} | "
+                             f"{fmt(pyc['ratio'])} / {fmt(pyc['ratio_cpu'])} | "
+                             f"{fmt(cd['ratio'])} / {fmt(cd['ratio_cpu'])} | {v} |")
+                if key == "b1" and tgt:
+                    summary.append((f"B1 {method} {rb} B rows vs np.take"
+                                    f"{' (CPU time: machine loaded)' if loaded(doc) else ''}", judged, tgt, v))
+        for note in doc["notes"]:
+            lines.append(f"- {note}")
+        lines.append("")
+
+
+def b2_section(docs, lines, summary):
+    if "b2" not in docs:
+        return
+    doc = docs["b2"]
+    rs = doc["results"]
+    pet = {}
+    for k, v in docs.items():
+        if k.startswith("b2_petastorm_"):
+            pet.setdefault(v["dim"], []).append(v)
+    cpu = loaded(doc)
+    rk = "samples_per_cpu_s" if cpu else "samples_per_s"
+    lines += ["### B2 loader, batch 256, global shuffle, samples/s per rank", "", machine_line(doc), ""]
+    if cpu:
+        lines += ["Machine busier than its cores: rates below are samples per CPU-second of the "
+                  "process (wall-clock rates are in the JSON).", ""]
+    lines += ["| sample | variant | M samples/s/rank | ratio store/variant | target | verdict |",
+              "|---|---|---|---|---|---|"]
+    for d in sorted({r["dim"] for r in rs}):
+        by = {r["variant"]: r for r in rs if r["dim"] == d}
+        store = by["store"][rk]
+        sb = by["store"]["sample_bytes"]
+        rows = [("ceiling (randperm + index, whole dataset local)", by["ceiling"][rk], "b2_ceiling"),
+                ("torch DataLoader(TensorDataset)", by["torch_dl"][rk], "b2_torch_dl")]
+        for label, key, tkey in (("Petastorm InMemBatchedDataLoader (full private copy)",
+                                  "petastorm_inmem", "b2_inmem"),
+                                 ("Petastorm BatchedDataLoader (2,560-row shuffle buffer)",
+                                  "petastorm_batched", "b2_batched")):
+            if d in pet:
+                rows.append((label, statistics.median(p.get("samples_per_cpu_s" if cpu else "samples_per_s",
+                                                             p["samples_per_s"])[key] for p in pet[d]), tkey))
+            else:
+                rows.append((label + ": not run", None, tkey))
+        lines.append(f"| {sb} B | store (DistDataset + ThreadDataLoader) | {store / 1e6:.3f} | - | - | - |")
+        for label, rate, tkey in rows:
+            tgt = TARGETS[tkey] if sb == 520 else None
+            if tkey == "b2_ceiling":
+                ratio = store / rate
+                shown = f"{ratio:.3f} (store/ceiling)"
+            else:
+                ratio = None if rate is None else store / rate
+                shown = fmt(ratio)
+            v = verdict(ratio, tgt) if tgt else "-"
+            lines.append(f"| {sb} B | {label} | {fmt(None if rate is None else rate / 1e6)} | {shown} | "
+                         f"{tgt if tgt else '-'} | {v} |")
+            if tgt:
+                summary.append((f"B2 520 B: store vs {label}", ratio, tgt, v))
+        if d in pet:
+            pc = statistics.median(p.get("samples_per_cpu_s" if cpu else "samples_per_s",
+                                         p["samples_per_s"])["ceiling"] for p in pet[d])
+            lines.append(f"| {sb} B | (ceiling measured inside the Petastorm processes) | {pc / 1e6:.3f} | "
+                         f"{store / pc:.3f} | - | - |")
+            for key in ("petastorm_inmem", "petastorm_batched"):
+                norm = (by["store"]["ratio_cpu_to_ceiling" if cpu else "ratio_to_ceiling"]
+                        / statistics.median(p.get("ratio_cpu_to_ceiling" if cpu else "ratio_to_ceiling",
+                                                  p["ratio_to_ceiling"])[key] for p in pet[d]))
+                lines.append(f"| {sb} B | {key}, normalised by each side's own ceiling | - | "
+                             f"{norm:.3f} | - | - |")
+            lines.append(f"| {sb} B | Petastorm InMem load time (s, not in its rate) | "
+                         f"{statistics.median(p['inmem_load_s'] for p in pet[d]):.2f} s | - | - | - |")
+    for note in doc["notes"]:
+        lines.append(f"- {note}")
+    if pet:
+        p0 = next(iter(pet.values()))[0]
+        lines.append(f"- Petastorm: {p0['nproc']} concurrent processes (one per B2 rank), versions "
+                     f"{p0['versions']}; BatchedDataLoader reads this process's shard of row groups; "
+                     "InMem loads the whole dataset per process and its rate excludes that load.")
+    lines.append("")
+
+
+def b3_section(docs, lines, summary):
+    if "b3" not in docs:
+        return
+    doc = docs["b3"]
+    rs = doc["results"]
+    lines += ["### B3 load", "", machine_line(doc), "",
+              "| measure | value | ratio | target | verdict |", "|---|---|---|---|---|"]
+    for r in rs:
+        if r["kind"] == "time":
+            tgt = TARGETS["b3_build"] if r["variant"].startswith("store") else None
+            judged = r["ratio_cpu"] if loaded(doc) else r["ratio"]
+            v = verdict(judged, tgt) if tgt else "-"
+            lines.append(f"| build/copy {r['variant']} ({r['shard_bytes'] / 2**20:.0f} MiB shard) | "
+                         f"{r['seconds'] * 1e3:.1f} ms, {r['gb_per_s']:.2f} GB/s | {fmt(r['ratio'])} wall, "
+                         f"{fmt(r['ratio_cpu'])} CPU (copy_fresh/this) | {tgt if tgt else '-'} | {v} |")
+            if tgt:
+                summary.append((f"B3 construction {r['variant']} vs copy"
+                                f"{' (CPU time: machine loaded)' if loaded(doc) else ''}", judged, tgt, v))
+        else:
+            tgt = TARGETS["b3_rss"]
+            val = r["peak_over_allowed_max"]
+            v = verdict(val, tgt, higher_is_better=False)
+            lines.append(f"| peak RSS, chunk_size={r['chunk_size']} (shard {r['shard_bytes'] / 2**20:.0f} MiB, "
+                         f"chunk {r['chunk_bytes'] / 2**20:.0f} MiB, base {r['baseline_rss'] / 2**20:.0f} MiB) | "
+                         f"{r['peak_rss'] / 2**20:.0f} MiB; peak-base = {r['extra_over_shard']:.2f} x shard | "
+                         f"{val:.3f} (peak / (shard+chunk+base), worst rank) | <= {tgt} | {v} |")
+            summary.append((f"B3 peak RSS chunk_size={r['chunk_size']}", val, tgt, v))
+    for note in doc["notes"]:
+        lines.append(f"- {note}")
+    lines.append("")
+
+
+def b4_section(docs, lines):
+    b4 = [v for k, v in sorted(docs.items()) if k.startswith("b4_")]
+    if not b4:
+        return
+    lines += ["### B4 scaling (ranks x batch size)", ""]
+    for doc in b4:
+        lines.append(f"- {doc['machine']['ranks']} ranks: {machine_line(doc)}")
+    lines += ["", "| part | ranks | batch | ratio to local baseline (wall) | (CPU time) | per rank (M/s) | total (M/s) |",
+              "|---|---|---|---|---|---|---|"]
+    for doc in b4:
+        for r in doc["results"]:
+            over = " (oversub.)" if doc["machine"]["oversubscribed"] else ""
+            if r["part"] == "get_batch":
+                lines.append(f"| get_batch 512 B rows vs np.take(mode=clip) | {r['ranks']}{over} | {r['batch']} | "
+                             f"{fmt(r['ratio'])} | {fmt(r.get('ratio_cpu'))} | {r['rows_per_s_per_rank'] / 1e6:.2f} rows | "
+                             f"{r['rows_per_s_total'] / 1e6:.2f} rows |")
+            else:
+                lines.append(f"| loader 520 B samples vs ceiling | {r['ranks']}{over} | {r['batch']} | "
+                             f"{fmt(r['ratio'])} | {fmt(r.get('ratio_cpu'))} | {r['samples_per_s_per_rank'] / 1e6:.2f} samples | "
+                             f"{r['samples_per_s_total'] / 1e6:.2f} samples |")
+    lines.append("")
+
+
+def plot(docs, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    ax = axes[0][0]
+    if "b1" in docs:
+        rs = [r for r in docs["b1"]["results"] if r["baseline"] == "np.take"]
+        labels = sorted({(r["method"], r["row_bytes"]) for r in rs}, key=lambda t: (t[1], t[0]))
+        xs = range(len(labels))
+        for off, var in ((-0.2, "py"), (0.2, "c_direct")):
+            vals = [next((r["ratio"] for r in rs if (r["method"], r["row_bytes"], r["variant"]) == (m, b, var)), 0)
+                    for m, b in labels]
+            ax.bar([x + off for x in xs], vals, 0.4, label=var)
+        for rb, t in ((64, 0.5), (4096, 0.8)):
+            ax.axhline(t, ls="--", lw=0.8, color="red" if rb == 64 else "purple", label=f"target {rb} B")
+        ax.set_xticks(list(xs), [f"{m}\n{b} B" for m, b in labels], fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("np.take time / get_batch time")
+        ax.set_title(f"B1 get_batch K=256, {docs['b1']['machine']['ranks']} ranks")
+        ax.legend(fontsize=7)
+    ax = axes[0][1]
+    if "b2" in docs:
+        rs = docs["b2"]["results"]
+        pet = [v for k, v in docs.items() if k.startswith("b2_petastorm_")]
+        dims = sorted({r["dim"] for r in rs})
+        variants = ["ceiling", "store", "torch_dl", "petastorm_inmem", "petastorm_batched"]
+        for i, var in enumerate(variants):
+            vals = []
+            for d in dims:
+                if var.startswith("petastorm"):
+                    ps = [p["samples_per_s"][var] for p in pet if p["dim"] == d]
+                    vals.append(statistics.median(ps) / 1e6 if ps else 0)
+                else:
+                    vals.append(next(r["samples_per_s"] for r in rs if r["dim"] == d and r["variant"] == var) / 1e6)
+            ax.bar([j + (i - 2) * 0.16 for j in range(len(dims))], vals, 0.16, label=var)
+        ax.set_xticks(range(len(dims)), [f"float32[{d}] + int64" for d in dims])
+        ax.set_ylabel("M samples/s per rank")
+        ax.set_title("B2 loader, batch 256, 2 ranks")
+        ax.legend(fontsize=7)
+    ax = axes[1][0]
+    if "b3" in docs:
+        rs = docs["b3"]["results"]
+        t = [r for r in rs if r["kind"] == "time"]
+        ax.bar([r["variant"] for r in t], [r["gb_per_s"] for r in t])
+        ax.set_ylabel("GB/s per rank (shard bytes / time)")
+        rss = [r for r in rs if r["kind"] == "rss"]
+        ax.set_title("B3 build vs copy; peak RSS / allowed: " + ", ".join(
+            f"chunk={r['chunk_size']}: {r['peak_over_allowed_max']:.2f}" for r in rss), fontsize=9)
+    ax = axes[1][1]
+    b4 = [v for k, v in sorted(docs.items()) if k.startswith("b4_")]
+    for doc in b4:
+        n = doc["machine"]["ranks"]
+        for part, ls in (("get_batch", "-"), ("loader", "--")):
+            rs = [r for r in doc["results"] if r["part"] == part]
+            ax.plot([r["batch"] for r in rs], [r["ratio"] for r in rs], ls, marker="o",
+                    label=f"{part}, {n} ranks{' (oversub.)' if doc['machine']['oversubscribed'] else ''}")
+    if b4:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("ratio to local baseline")
+        ax.set_title("B4 scaling")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "results")
+    docs = load(d)
+    if not docs:
+        raise SystemExit(f"report: no JSON results in {d}; run bench/run.sh first")
+    lines, summary = [], []
+    b1_section(docs, lines, summary)
+    b2_section(docs, lines, summary)
+    b3_section(docs, lines, summary)
+    b4_section(docs, lines)
+    head = ["# pyddstore benchmark summary", "",
+            "Every figure is a ratio to a baseline measured in the same run (medians over repeats; "
+            "ratios > 1 mean pyddstore is faster). Produced by `bench/run.sh`; raw data in the JSON "
+            "files beside this one.", "", "## Targets (issue 7)", "",
+            "| target | measured | goal | verdict |", "|---|---|---|---|"]
+    for label, val, tgt, v in summary:
+        head.append(f"| {label} | {fmt(val)} | {tgt} | {v} |")
+    head += ["", "## Details", ""]
+    with open(os.path.join(d, "summary.md"), "w") as f:
+        f.write("\n".join(head + lines) + "\n")
+    plot(docs, os.path.join(d, "summary.png"))
+    print(f"report: wrote {os.path.join(d, 'summary.md')} and summary.png")
+
+
+if __name__ == "__main__":
+    main()
