@@ -398,7 +398,7 @@ class PyDDStore:
     """A distributed in-memory store of row-indexed variables.
 
     ``PyDDStore(comm=None, method=None, ddstore_width=None, *, handshake_dir=None,
-    fabric=None, n_core=None)``
+    fabric=None, n_core=None, timeout=None)``
 
     * comm: mpi4py intra-communicator of the ranks holding the data
       (default ``MPI.COMM_WORLD``). Collective over it.
@@ -410,7 +410,15 @@ class PyDDStore:
       (defaults ``DDSTORE_HANDSHAKE_DIR``, ``DDSTORE_FABRIC``).
     * ``PyDDStore(None, method=2, handshake_dir=d, n_core=N)`` (comm None
       with method 2 or n_core given) is a method-2 *reader* with no MPI: see
-      :func:`pyddstore.join`; attach variables with :meth:`join`.
+      :func:`pyddstore.join`; attach variables with :meth:`join`. timeout:
+      seconds a reader waits for the publication (default
+      ``DDSTORE_HANDSHAKE_TIMEOUT_S``, else 300).
+
+    Attributes (read-only): ``comm`` (the communicator given, None for a
+    reader), ``group_comm`` (mpi4py communicator of this rank's group),
+    ``rank``/``size`` (in comm), ``group_rank``/``group_size``/``group_index``
+    (the group; for a reader, group_size is the number of core ranks),
+    ``method``, ``width`` (ranks per group), ``is_reader``, ``freed``.
 
     Compatible with code written for the original DDStore: ``PyDDStore(comm)``,
     ``add/init/update/get/epoch_begin/epoch_end/free`` with the same
@@ -420,14 +428,14 @@ class PyDDStore:
     """
 
     def __init__(self, comm=None, method=None, ddstore_width=None, *, handshake_dir=None,
-                 fabric=None, n_core=None, _timeout=None):
+                 fabric=None, n_core=None, timeout=None):
         self._h = None
         self._vars = {}
         self._recv = {}
         self.comm = None
         self.group_comm = None
         if comm is None and (method == 2 or (method is None and n_core is not None)):
-            self._init_reader(handshake_dir, n_core, _timeout, ddstore_width, fabric)
+            self._init_reader(handshake_dir, n_core, timeout, ddstore_width, fabric)
         else:
             self._init_core(comm, method, ddstore_width, handshake_dir, fabric, n_core)
 
@@ -1047,7 +1055,7 @@ def join(name=None, handshake_dir=None, n_core=None, timeout=None):
     (default DDSTORE_N_CORE), waiting up to `timeout` seconds (default
     DDSTORE_HANDSHAKE_TIMEOUT_S or 300). Attaches `name` (a str or list of
     str) when given. Returns a reader :class:`PyDDStore`."""
-    store = PyDDStore(None, method=2, handshake_dir=handshake_dir, n_core=n_core, _timeout=timeout)
+    store = PyDDStore(None, method=2, handshake_dir=handshake_dir, n_core=n_core, timeout=timeout)
     if name is not None:
         store.join(name)
     return store

@@ -82,7 +82,7 @@ def test_reader_without_publication_fails_cleanly():
     with pytest.raises((pyddstore.DDStoreTimeoutError, pyddstore.DDStoreNotSupportedError)):
         pyddstore.join("x", handshake_dir=d, n_core=1, timeout=0.2)
     with pytest.raises((pyddstore.DDStoreTimeoutError, pyddstore.DDStoreNotSupportedError)):
-        PyDDStore(None, method=2, handshake_dir=d, n_core=1, _timeout=0.2)
+        PyDDStore(None, method=2, handshake_dir=d, n_core=1, timeout=0.2)
 
 
 # ---- separate processes (launched from a one-rank run only: a nested
