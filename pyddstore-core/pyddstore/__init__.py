@@ -7,6 +7,10 @@ one-sided remote memory access (libddstore, loaded with ctypes). See
 The shared library is taken from ``PYDDSTORE_LIBRARY`` when set, else the
 copy installed with the ``pyddstore-core`` distribution, else the system
 (``pyddstore.library_path`` says which file was loaded).
+
+Log records go to the ``pyddstore`` logger with the rank in each
+(``%(rank)s``): by default only WARNING and above on rank 0, nothing on
+other ranks; :func:`enable_logging` prints more.
 """
 
 from pkgutil import extend_path
@@ -16,6 +20,7 @@ from pkgutil import extend_path
 __path__ = extend_path(__path__, __name__)
 
 from . import _lib  # noqa: E402  (loads libddstore and checks its ABI)
+from ._logging import enable_logging  # noqa: E402  (also installs the rank-0 default handler)
 from ._errors import (  # noqa: E402
     CODE_NAMES,
     DDStoreError,
@@ -54,6 +59,7 @@ __all__ = [
     "CODE_NAMES",
     "SUPPORTED_DTYPES",
     "has_fabric",
+    "enable_logging",
     "library_path",
     "ABI_VERSION",
     "__version__",

@@ -971,6 +971,26 @@ class PyDDStore:
         return {k: getattr(st, k) for k in ("read_calls", "rows_local", "rows_remote",
                                              "bytes_local", "bytes_remote", "read_seconds")}
 
+    def to_tensorboard(self, writer, step, prefix="ddstore/"):
+        """Write stats() as TensorBoard scalars: ``writer.add_scalar(prefix + counter, value, step)``.
+
+        writer: any object with add_scalar(tag, value, step), such as
+        torch.utils.tensorboard.SummaryWriter (AdaptDL-style). step: the
+        global step (int). Returns the dict written. Local, like stats().
+        """
+        add = getattr(writer, "add_scalar", None)
+        if not callable(add):
+            raise DDStoreTypeError(f"to_tensorboard(writer={type(writer).__name__}): pass an object with "
+                                   "add_scalar(tag, value, step), e.g. a SummaryWriter", DDS_EINVAL)
+        step = _index(step, "to_tensorboard(step)")
+        if not isinstance(prefix, str):
+            raise DDStoreTypeError(f"to_tensorboard(prefix={prefix!r}): pass a str such as 'ddstore/'",
+                                   DDS_EINVAL)
+        counters = self.stats()
+        for key, value in counters.items():
+            add(prefix + key, value, step)
+        return counters
+
     def reset_stats(self):
         """Zero the read counters (local)."""
         with self._h as ptr:

@@ -19,6 +19,10 @@
 Fields must have the same shape and dtype in every sample (fixed-shape).
 Supported dtypes: bool, uint8, int32, int64, float32, float64.
 
+Logging goes to the ``pyddstore.torch`` logger with the rank in every
+record; :func:`enable_logging` (the same as ``pyddstore.enable_logging``)
+prints it. ``__version__`` is the release shared with libddstore.
+
 Import torch before mpi4py/MPI starts; ``from pyddstore.torch import ...`` does
 that by itself (pyddstore imports mpi4py.MPI only when a store is created).
 """
@@ -27,12 +31,36 @@ that by itself (pyddstore imports mpi4py.MPI only when a store is created).
 # imported when a store is created, never by importing pyddstore).
 import torch  # noqa: F401  isort: skip
 
+from ._logging import enable_logging  # noqa: E402
 from ._structure import SUPPORTED_DTYPES  # noqa: E402
 from .dataset import DistDataset, DistDatasetReader  # noqa: E402
 from .loader import ThreadDataLoader  # noqa: E402
 from .windowed import WindowedDataset, row_of  # noqa: E402
 
-__version__ = "0.1.0"
+
+def _version():
+    """The release number: one source, libddstore/VERSION (pyproject reads it too).
+
+    A source checkout's VERSION file comes first, because the metadata found
+    on sys.path may belong to another (installed or stale egg-info) copy;
+    an installed wheel has no such file and answers from its metadata.
+    """
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(root, "VERSION")
+    if os.path.isfile(path) and os.path.isfile(os.path.join(root, "pyproject.toml")):
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyddstore-torch")
+    except PackageNotFoundError:
+        return "0+unknown"  # neither installed nor a checkout: a copied tree
+
+
+__version__ = _version()
 
 # Helpers beyond the core four, imported on first use (PEP 562) so that
 # `from pyddstore.torch import DistDataset` does not pay for, or depend on,
@@ -74,5 +102,6 @@ __all__ = [
     "WindowedDataset",
     "row_of",
     "SUPPORTED_DTYPES",
+    "enable_logging",
     *_LAZY,
 ]

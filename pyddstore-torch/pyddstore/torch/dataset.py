@@ -1,12 +1,16 @@
 """DistDataset and DistDatasetReader: map-style datasets held in DDStore."""
 
+import logging
 import os
 import threading
+import time
 
 import numpy as np
 import torch
 
+from . import _progress
 from . import _structure as st
+from ._logging import logger
 from .ragged import RaggedFields
 
 _SUPPORTED_DEVICE_TYPES_TEXT = "'cpu', 'cuda' or 'cuda:<n>'"
@@ -89,6 +93,27 @@ class _StoreDataset(torch.utils.data.Dataset):
     # ---- basic protocol ------------------------------------------------------
     def __len__(self):
         return self._len
+
+    # ---- counters ------------------------------------------------------------
+    def stats(self):
+        """This process's read counters of the underlying store (PyDDStore.stats()).
+
+        A dict: read_calls, rows_local, rows_remote, bytes_local, bytes_remote,
+        read_seconds, counted since the store was created or last reset
+        (``ds.ddstore.reset_stats()``). Local: not collective.
+        """
+        self._check_open()
+        return self._store.stats()
+
+    def to_tensorboard(self, writer, step, prefix="ddstore/"):
+        """Write stats() to a TensorBoard writer as scalars ``prefix + counter`` at `step`.
+
+        writer: any object with ``add_scalar(tag, value, step)``, such as
+        ``torch.utils.tensorboard.SummaryWriter``. Returns the dict written.
+        Local: call it on the ranks whose counters you want (often rank 0).
+        """
+        self._check_open()
+        return self._store.to_tensorboard(writer, step, prefix=prefix)
 
     @property
     def ddstore(self):
@@ -486,6 +511,8 @@ class DistDataset(_StoreDataset):
         sizes, two store calls per ragged field per batch; batch them with
         collate_fn=RaggedCollate(ds.ragged_axes). At least one field must stay
         fixed-shape. Not readable by DistDatasetReader yet.
+      progress: keyword-only. None (default: automatic), True or False: the
+        rank-0 loading progress bar described below.
 
     Errors while loading (a bad sample, a shape or dtype that differs between
     samples or ranks) are raised on every rank with the same message, naming
@@ -497,11 +524,26 @@ class DistDataset(_StoreDataset):
     dataset in one thread, in order). ds[i] is never collective. libddstore's
     method-0 reads are not thread-safe: while a ThreadDataLoader iterates a
     method-0 dataset, read it from no other thread (methods 1/2 allow it).
+
+    Loading progress: with ``progress=True`` rank 0 of comm shows a tqdm bar on
+    stderr over its own share (advanced per chunk with chunk_size=, else per
+    block of samples); ``progress=False`` never shows one; ``progress=None``
+    (default) follows DDSTORE_PROGRESS (1 on, 0 off) and, when that is unset,
+    shows the bar only when stderr is an interactive terminal (Open MPI's
+    mpiexec hands its ranks a pipe for stderr even from a terminal: use
+    ``mpiexec -x DDSTORE_PROGRESS=1`` there). Ranks other than 0 never show a
+    bar; without tqdm installed there is none. When done,
+    every rank logs a load summary at DEBUG level on the ``pyddstore.torch``
+    logger (see ``pyddstore.enable_logging``).
+
+    Counters: ``ds.stats()`` gives the store's read counters (calls, rows and
+    bytes read locally and remotely, seconds reading) and
+    ``ds.to_tensorboard(writer, step)`` writes them to TensorBoard.
     """
 
     def __init__(self, source, name, comm=None, ddstore_width=None, device=None, add_device=None,
                  method=None, handshake_dir=None, chunk_size=None, encode=None, decode=None,
-                 fields=None, ragged=None):
+                 fields=None, ragged=None, *, progress=None):
         from mpi4py import MPI
         from pyddstore import PyDDStore
 
@@ -535,6 +577,7 @@ class DistDataset(_StoreDataset):
                 fields = list(fields)
             if ragged is not None:
                 self._ragged = RaggedFields(ragged)
+            _progress.check_argument(progress)
             if chunk_size is not None:
                 if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
                     raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
@@ -567,7 +610,9 @@ class DistDataset(_StoreDataset):
         store = PyDDStore(comm, method=method, ddstore_width=ddstore_width,
                           handshake_dir=handshake_dir)
         try:
-            self._load(store, comm, source, encode, fields, chunk_size, what)
+            t0 = time.perf_counter()
+            self._load(store, comm, source, encode, fields, chunk_size, what, progress)
+            self._log_loaded(store, time.perf_counter() - t0)
             self._collective = store.method == 0
             if self._collective:
                 # A communicator of our own for ThreadDataLoader's agreement on
@@ -593,7 +638,18 @@ class DistDataset(_StoreDataset):
             sample = self._ragged.take(sample, index)
         return sample
 
-    def _load(self, store, comm, source, encode, fields, chunk_size, what):
+    def _log_loaded(self, store, seconds):
+        if not logger.isEnabledFor(logging.DEBUG):  # skip the query() when nobody listens
+            return
+        keys = self._structure.keys
+        local = store.query(self._var(keys[0])).local_rows
+        row_bytes = sum(f.row_bytes for f in self._structure.fields)
+        logger.debug("%s %r: loaded %d of %d samples (%d fields, %d bytes/sample, %.1f MB here) in "
+                     "%.3f s; method %d, group %d rank %d of %d", type(self).__name__, self._name,
+                     local, self._len, len(keys), row_bytes, local * row_bytes / 1e6, seconds,
+                     store.method, store.group_index, store.group_rank, store.group_size)
+
+    def _load(self, store, comm, source, encode, fields, chunk_size, what, progress=None):
         n = self._len
         g, gsize = store.group_rank, store.group_size
         start, stop = n * g // gsize, n * (g + 1) // gsize
@@ -630,12 +686,19 @@ class DistDataset(_StoreDataset):
         use_range = (encode is None and self._ragged is None
                      and callable(getattr(source, "read_range", None)))
         nloc = stop - start
+        bar = None
         if chunk_size is None:
             err, cols = None, None
             try:
-                cols = self._read_block(source, start, stop, structure, encode, fields, use_range, None)
+                bar = _progress.bar(nloc, progress=progress, rank=comm.Get_rank(),
+                                    desc=f"{what} loading")
+                cols = self._read_block(source, start, stop, structure, encode, fields, use_range, None,
+                                        bar)
             except Exception as e:  # noqa: BLE001
                 err = e
+            finally:
+                if bar is not None:
+                    bar.close()
             _raise_agreed(comm, err, what)
             for f in structure.fields:
                 store.add(self._var(f.key), np.ascontiguousarray(cols[f.key]))
@@ -647,14 +710,20 @@ class DistDataset(_StoreDataset):
             bufs = {f.key: np.empty((min(chunk_size, max(nloc, 1)),) + f.shape, f.dtype)
                     for f in structure.fields}
             try:
+                bar = _progress.bar(nloc, progress=progress, rank=comm.Get_rank(),
+                                    desc=f"{what} loading")
                 for a in range(start, stop, chunk_size):
                     b = min(a + chunk_size, stop)
                     cols = self._read_block(source, a, b, structure, encode, fields, use_range, bufs)
                     for f in structure.fields:
                         store.update(self._var(f.key), cols[f.key], a - start)
                     del cols
+                    bar.update(b - a)
             except Exception as e:  # noqa: BLE001
                 err = e
+            finally:
+                if bar is not None:
+                    bar.close()
             del bufs
             _raise_agreed(comm, err, what)
             store.sync()
@@ -666,8 +735,11 @@ class DistDataset(_StoreDataset):
         js = structure.to_json().encode() if g == 0 else b""
         store.add(f"{self._name}/{st.STRUCTURE_SUFFIX}", np.frombuffer(js, dtype=np.uint8).copy())
 
-    def _read_block(self, source, a, b, structure, encode, fields, use_range, bufs):
-        """Samples a..b-1 as host arrays {key: (b-a, *shape)}, checked against structure."""
+    def _read_block(self, source, a, b, structure, encode, fields, use_range, bufs, bar=None):
+        """Samples a..b-1 as host arrays {key: (b-a, *shape)}, checked against structure.
+
+        bar: a progress bar advanced as samples are read (None: none).
+        """
         m = b - a
         out = {f.key: (bufs[f.key][:m] if bufs is not None else np.empty((m,) + f.shape, f.dtype))
                for f in structure.fields}
@@ -695,7 +767,13 @@ class DistDataset(_StoreDataset):
                     out[k] = arr  # store.add() copies it: no intermediate copy of the share
                 else:
                     out[k][...] = arr
+            if bar is not None:
+                bar.update(m)
             return out
+        # Advance the bar per block of samples, not per sample: a bar update
+        # costs far more than copying a small sample.
+        step = max(1, min(4096, m // 100))
+        done = 0
         for j, i in enumerate(range(a, b)):
             sample = self._prepare(source[i], encode, fields, i)
             for spec, value in st.items_of(sample, structure, i):
@@ -704,6 +782,11 @@ class DistDataset(_StoreDataset):
                     dest[j] = value.detach().cpu().numpy()
                 else:
                     dest[j] = value
+            if bar is not None and j + 1 - done >= step:
+                bar.update(j + 1 - done)
+                done = j + 1
+        if bar is not None and m > done:
+            bar.update(m - done)
         return out
 
     def _free_extra(self):
