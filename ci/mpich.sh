@@ -137,7 +137,7 @@ if [ $python_too = 1 ]; then
     # numpy/pytest from the main venv's pinned requirements; mpi4py compiled
     # with mpicc.mpich, never the Open MPI wheel.
     "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q numpy pytest
+    "$venv/bin/python" -m pip install -q numpy pytest tqdm
     "$venv/bin/python" -m pip install -q torch==2.13.0
     env MPICC=mpicc.mpich CC=mpicc.mpich nice "$venv/bin/python" -m pip install -q \
       --no-binary=mpi4py --no-cache-dir --no-build-isolation mpi4py
