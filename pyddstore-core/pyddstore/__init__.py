@@ -10,7 +10,7 @@ copy installed with the ``pyddstore-core`` distribution, else the system
 
 Log records go to the ``pyddstore`` logger with the rank in each
 (``%(rank)s``): by default only WARNING and above on rank 0, nothing on
-other ranks; :func:`enable_logging` prints more.
+other ranks; :func:`pyddstore.enable_logging` prints more.
 """
 
 from pkgutil import extend_path

@@ -134,8 +134,9 @@ def enable_logging(level=logging.INFO, *, all_ranks=False, stream=None, fmt=DEFA
 
     Parameters:
       level: a logging level, as a number (``logging.DEBUG``) or a name ("DEBUG").
-      all_ranks: print on every rank (default: only on rank 0; the rank is
-        that of :func:`current_rank` when a record is emitted).
+      all_ranks: print on every rank (default: only on rank 0; a record's
+        rank is MPI.COMM_WORLD's rank when MPI is initialised, else
+        PMI_RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID, else 0).
       stream: where to write (default: sys.stderr at the time of the call).
       fmt: a ``logging.Formatter`` format; ``%(rank)s`` is the record's rank.
 

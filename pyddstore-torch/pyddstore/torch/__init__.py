@@ -20,7 +20,7 @@ Fields must have the same shape and dtype in every sample (fixed-shape).
 Supported dtypes: bool, uint8, int32, int64, float32, float64.
 
 Logging goes to the ``pyddstore.torch`` logger with the rank in every
-record; :func:`enable_logging` (the same as ``pyddstore.enable_logging``)
+record; :func:`pyddstore.enable_logging` (also importable from here)
 prints it. ``__version__`` is the release shared with libddstore.
 
 Import torch before mpi4py/MPI starts; ``from pyddstore.torch import ...`` does
