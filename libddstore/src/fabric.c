@@ -107,6 +107,7 @@ struct dds_fabric {
     bool is_reader;
     _Atomic int broken; /* a reader gave up on reads: the store is unusable */
     double timeout_s;
+    uint64_t read_timeout_ns; /* DDSTORE_READ_TIMEOUT_S; 0: wait for ever */
     pthread_mutex_t attach_lock;
     char prov[DDS_HS_MAX_PROV + 1];
 };
@@ -171,6 +172,28 @@ static void token_put(run_token *t, bool kill_run)
         free(t);
     }
     pthread_mutex_unlock(&run_lock);
+}
+
+/* How long a read call may go without a single completion before it
+ * fails with DDS_ETIMEDOUT: DDSTORE_READ_TIMEOUT_S seconds (0: never).
+ * Readers default to 60 s: a core rank that died while the rest of its
+ * group lives on (so the publication still looks current) would otherwise
+ * leave them waiting for ever on providers that never report the loss
+ * (shm). Core stores default to 0: their peers are in the same MPI job,
+ * which ends when one of them dies. */
+static uint64_t read_timeout_ns(bool reader)
+{
+    double t = reader ? 60.0 : 0.0;
+    const char *e = dds_env("DDSTORE_READ_TIMEOUT_S");
+    if (e) {
+        char *end;
+        double v = strtod(e, &end);
+        if (end != e && *end == '\0' && v >= 0 && v < 1e9)
+            t = v;
+        else
+            dds_debug("DDSTORE_READ_TIMEOUT_S='%s' is not a number of seconds; using %.0f", e, t);
+    }
+    return (uint64_t)(t * 1e9);
 }
 
 static int fab_err(int fi_rc, const char *what)
@@ -305,7 +328,17 @@ static void fab_init_struct(struct dds_fabric *F)
     pthread_mutex_init(&F->cq_lock, NULL);
     pthread_mutex_init(&F->read_lock, NULL);
     pthread_mutex_init(&F->attach_lock, NULL);
-    pthread_rwlock_init(&F->recv_lock, NULL);
+    /* Readers hold recv_lock for a whole read call; with glibc's default
+     * (readers first) a thread registering a buffer while others read
+     * back to back waits for ever (seen: 0 reads in 3 s for the threads
+     * that registered). Writers first; no read takes it twice. */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+#ifdef __GLIBC__
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    pthread_rwlock_init(&F->recv_lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
     atomic_store(&F->next_key, 1);
 }
 
@@ -657,6 +690,7 @@ int dds_fab_open(dds_store *s)
         return dds_agree(s->group, dds_err(DDS_ENOMEM, "out of memory opening libfabric"));
     fab_init_struct(F);
     F->method = s->method;
+    F->read_timeout_ns = read_timeout_ns(false);
     int rc = DDS_OK, mrc;
 
     /* Group rank 0 chooses; the group must use one provider. */
@@ -932,6 +966,7 @@ typedef struct read_slot {
  * the batch to them (see gave_up). */
 typedef struct read_batch {
     _Atomic int pending;
+    _Atomic uint64_t completions; /* progress, for the read deadline */
     int err;            /* first failure (written under cq_lock) */
     char msg[512];
     read_slot slots[];
@@ -949,6 +984,7 @@ static void complete_slot(read_slot *sl, const char *errmsg)
                  sl->len, (long long)sl->offset, sl->owner, errmsg);
     }
     atomic_store_explicit(&sl->busy, 0, memory_order_release);
+    atomic_fetch_add_explicit(&b->completions, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&b->pending, 1, memory_order_acq_rel);
 }
 
@@ -997,6 +1033,8 @@ typedef struct waiter {
     uint64_t since;
     uint64_t stuck_since; /* first wait of this call without the reset of a posted op */
     uint64_t last_check;
+    uint64_t progress_at; /* last time a completion of this call was seen */
+    uint64_t seen;        /* completions counted then */
 } waiter;
 
 static void wait_some(struct dds_fabric *F, waiter *w)
@@ -1034,6 +1072,38 @@ static int abandon(struct dds_fabric *F)
                    "reads from the store published in '%s' did not complete and its core group has "
                    "withdrawn the publication (store freed or job ended); join again",
                    F->pubdir);
+}
+
+/* True once the call has seen no completion for read_timeout_ns. */
+static bool stalled(struct dds_fabric *F, waiter *w, read_batch *b)
+{
+    if (F->read_timeout_ns == 0)
+        return false;
+    uint64_t t = dds_now_ns();
+    uint64_t c = atomic_load_explicit(&b->completions, memory_order_relaxed);
+    if (w->progress_at == 0 || c != w->seen) {
+        w->progress_at = t;
+        w->seen = c;
+        return false;
+    }
+    return t - w->progress_at > F->read_timeout_ns;
+}
+
+static int read_timed_out(struct dds_fabric *F, read_batch *b)
+{
+    int owner = -1;
+    for (int i = 0; i < F->inflight && owner < 0; i++)
+        if (atomic_load(&b->slots[i].busy))
+            owner = b->slots[i].owner;
+    /* The provider still holds the operations: the endpoint cannot be
+     * trusted for new reads. */
+    atomic_store(&F->broken, 1);
+    return dds_err(DDS_ETIMEDOUT,
+                   "reads%s%s did not complete: no completion for %.1f s (DDSTORE_READ_TIMEOUT_S) while "
+                   "waiting for group rank %d, which is dead or stuck; this store can no longer read: free "
+                   "it (a reader may join again)",
+                   F->pubdir ? " from the store published in " : "", F->pubdir ? F->pubdir : "",
+                   (double)F->read_timeout_ns * 1e-9, owner);
 }
 
 static void wait_reset(waiter *w) { w->since = 0; }
@@ -1131,6 +1201,7 @@ static int read_ops(struct dds_fabric *F, struct dds_fabric_var *FV, const dds_r
     read_batch *const b = bp;
     read_slot *slots = b->slots;
     atomic_init(&b->pending, 0);
+    atomic_init(&b->completions, 0);
     b->err = DDS_OK;
     for (int i = 0; i < F->inflight; i++) {
         atomic_init(&slots[i].busy, 0);
@@ -1159,6 +1230,10 @@ static int read_ops(struct dds_fabric *F, struct dds_fabric_var *FV, const dds_r
                         post_rc = abandon(F);
                         goto abandoned;
                     }
+                    if (stalled(F, &w, b)) {
+                        post_rc = read_timed_out(F, b);
+                        goto abandoned;
+                    }
                     wait_some(F, &w);
                 }
             }
@@ -1177,10 +1252,11 @@ static int read_ops(struct dds_fabric *F, struct dds_fabric_var *FV, const dds_r
                     break;
                 }
                 if (r == -FI_EAGAIN) {
-                    if (gave_up(F, &w)) {
+                    bool dead = gave_up(F, &w), late = !dead && stalled(F, &w, b);
+                    if (dead || late) {
                         atomic_store(&sl->busy, 0);
                         atomic_fetch_sub(&b->pending, 1);
-                        post_rc = abandon(F);
+                        post_rc = dead ? abandon(F) : read_timed_out(F, b);
                         goto abandoned;
                     }
                     wait_some(F, &w);
@@ -1198,6 +1274,10 @@ static int read_ops(struct dds_fabric *F, struct dds_fabric_var *FV, const dds_r
     while (atomic_load_explicit(&b->pending, memory_order_acquire) > 0) {
         if (gave_up(F, &w)) {
             post_rc = abandon(F);
+            goto abandoned;
+        }
+        if (stalled(F, &w, b)) {
+            post_rc = read_timed_out(F, b);
             goto abandoned;
         }
         wait_some(F, &w);
@@ -1621,6 +1701,7 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
         F->dirfd = dirfd;
         dirfd = -1;
         F->timeout_s = timeout;
+        F->read_timeout_ns = read_timeout_ns(true);
         memcpy(F->run_id, f.run_id, sizeof F->run_id);
         F->token = token_get(F->run_id, false);
         F->pubdir = strdup(dir);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -127,6 +128,13 @@ int dds_shard_alloc(dds_store *s, dds_var *v)
     double as_limit = 0; /* every rank of the node maps the whole shared segment */
     if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
         as_limit = (double)as.rlim_cur;
+    /* Open MPI and MPICH back shared windows with a file in /dev/shm, which
+     * is usually half the memory: a segment between that and the physical
+     * memory passes the check above and then hangs or dies of SIGBUS. */
+    struct statvfs vfs;
+    double shm_free = 0;
+    if (s->shm_enabled && statvfs("/dev/shm", &vfs) == 0)
+        shm_free = (double)vfs.f_bavail * (double)vfs.f_frsize;
     if (rc == DDS_OK && phys > 0 && node_bytes > phys)
         rc = dds_err(DDS_ENOMEM,
                      "variable '%s': %.0f bytes of shards on this node exceed its %.0f bytes of "
@@ -137,6 +145,12 @@ int dds_shard_alloc(dds_store *s, dds_var *v)
                      "variable '%s': %.0f bytes of shards on this node exceed the address-space "
                      "limit of %.0f bytes (ulimit -v)",
                      v->name, node_bytes, as_limit);
+    else if (rc == DDS_OK && shm_free > 0 && node_bytes > shm_free)
+        rc = dds_err(DDS_ENOMEM,
+                     "cannot allocate %.0f bytes of shared memory for variable '%s' on this node: "
+                     "/dev/shm has %.0f bytes free (free some, or set DDSTORE_NODE_LOCAL=0 to use "
+                     "private memory)",
+                     node_bytes, v->name, shm_free);
     rc = dds_agree(s->group, rc);
     if (rc)
         return rc;

@@ -17,7 +17,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from . import _lib
+from . import _lib, _verify
 from ._errors import (
     DDS_EEXIST,
     DDS_EINVAL,
@@ -675,6 +675,9 @@ class PyDDStore:
         if rc:
             self._raise(rc)
         self._load_var(name, tuple(a.shape[1:]))
+        # Per-shard checksums for verify(), from the caller's rows (no read
+        # back); collective like add itself.
+        _verify.record(self, name, local=a)
 
     def init(self, name, nrows, disp, itemsize=1):
         """Allocate variable `name` of `nrows` zero-filled local rows of
@@ -1012,6 +1015,21 @@ class PyDDStore:
             self._recv.clear()
 
     close = free
+
+    def verify(self, name, *, expected=None, strict=False):
+        """Read every row of `name` back through the read path and compare
+        it with the checksums recorded at add() (or by
+        :meth:`record_checksums`). Collective over comm for a core store;
+        a reader passes `expected` (pyddstore._verify.table(core_store,
+        name)). Returns a pyddstore._verify.VerifyReport, the same on every
+        rank; strict=True raises DDStoreError naming the corrupt blocks."""
+        return _verify.verify(self, name, expected=expected, strict=strict)
+
+    def record_checksums(self, name):
+        """Recompute the per-shard checksums of `name` from its current
+        contents (collective over comm): call it after update()/sync(),
+        e.g. for a variable made with init()."""
+        return _verify.record(self, name)
 
     @property
     def freed(self):

@@ -96,9 +96,9 @@ def _block_rows(row_bytes):
 
 def _crc_blocks(data, row_bytes, block_rows):
     """CRC-32 of each block of `block_rows` rows of the bytes `data`."""
-    mv = memoryview(data).cast("B")
+    b = np.ascontiguousarray(data).reshape(-1).view(np.uint8)  # a flat view, empty arrays too
     step = block_rows * row_bytes
-    return tuple(zlib.crc32(mv[i:i + step]) for i in range(0, len(mv), step))
+    return tuple(zlib.crc32(b[i:i + step]) for i in range(0, b.size, step))
 
 
 def _require_core(store, what):
@@ -131,6 +131,20 @@ def _output(store, name, nrows_max):
     if info.dtype is None:
         return np.empty((per, info.row_bytes), dtype=np.uint8)
     return np.empty((per, info.row_bytes // info.dtype.itemsize), dtype=info.dtype)
+
+
+def _agree_errors(store, err):
+    """Raise on every rank of store.comm when `err` is set on any: the
+    rank's own exception where it failed, a DDStoreError of the same class
+    (or the base class) naming the failed rank elsewhere."""
+    mine = None if err is None else (type(err), str(err), getattr(err, "code", DDS_EINVAL))
+    errs = store.comm.allgather(mine if mine is None or issubclass(mine[0], DDStoreError)
+                                else (DDStoreError, f"{mine[0].__name__}: {mine[1]}", DDS_EINVAL))
+    if err is not None:
+        raise err
+    for r, e in enumerate(errs):
+        if e is not None:
+            raise e[0](f"rank {r}: {e[1]}", e[2])
 
 
 def record(store, name, local=None):
@@ -172,15 +186,10 @@ def record(store, name, local=None):
                 if in_block:
                     parts.append(crc)
             crcs = tuple(parts)
-    except DDStoreError as e:
+    except Exception as e:  # noqa: BLE001 - agreed below, then raised on every rank
         err = e
     # Agree on failure first so that no rank is left in the allgather below.
-    errs = store.comm.allgather(None if err is None else (type(err), str(err), err.code))
-    if err is not None:
-        raise err
-    for r, e in enumerate(errs):
-        if e is not None:
-            raise e[0](f"rank {r}: {e[1]}", e[2])
+    _agree_errors(store, err)
     gathered = store.group_comm.allgather(crcs)
     t = ShardTable(rb, br, tuple(int(x) for x in info.offsets), tuple(gathered))
     tables = store.__dict__.setdefault(_ATTR, {})
@@ -276,17 +285,12 @@ def verify(store, name, *, expected: Optional[ShardTable] = None, strict=False):
             k = (store.group_rank + 1) % store.group_size
             bad, rows = _check_shard(store, name, t, k, store.group_index)
             rb = t.row_bytes
-        except DDStoreError as e:
+        except Exception as e:  # noqa: BLE001 - agreed below, then raised on every rank
             err = e
-        results = store.comm.allgather((None if err is None else (type(err), str(err), err.code),
-                                        bad, rows * rb, rows))
-        if err is not None:
-            raise err
-        for r, (e, _, _, _) in enumerate(results):
-            if e is not None:
-                raise e[0](f"rank {r}: {e[1]}", e[2])
-        allbad = [m for _, b, _, _ in results for m in b]
-        rep = VerifyReport(name, not allbad, sum(x[3] for x in results), sum(x[2] for x in results),
+        _agree_errors(store, err)
+        results = store.comm.allgather((bad, rows * rb, rows))
+        allbad = [m for b, _, _ in results for m in b]
+        rep = VerifyReport(name, not allbad, sum(x[2] for x in results), sum(x[1] for x in results),
                            allbad)
     if strict and not rep.ok:
         raise DDStoreError(rep.describe(), DDS_EPROTO)
