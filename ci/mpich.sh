@@ -61,7 +61,7 @@ for g in mpi mpirun; do
     fi
   fi
 done
-if ! mpiexec --version 2>&1 | grep -qiE "open ?mpi|openrte"; then
+if ! grep -qiE "open ?mpi|openrte" <<<"$(mpiexec --version 2>&1)"; then
   echo "mpich: the default mpiexec is no longer Open MPI:" >&2
   mpiexec --version >&2 || true
   exit 1
@@ -76,7 +76,8 @@ if [ ! -f "$build/build.ninja" ]; then
   nice meson setup "$build" . -Dlibddstore:mpi=mpich >/dev/null
 fi
 nice ninja -C "$build" -j2 >/dev/null
-if ! ldd "$build/tests/test_core" | grep -q libmpich; then
+# (grep -q on a pipe would SIGPIPE ldd and fail the pipeline under pipefail)
+if ! grep -q libmpich <<<"$(ldd "$build/tests/test_core")"; then
   echo "mpich: $build/tests/test_core is not linked with MPICH" >&2
   exit 1
 fi
@@ -84,7 +85,7 @@ libdir="$build/subprojects/libddstore"
 nice mpicc.mpich -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -O1 -Ilibddstore/include \
   tests/c/test_badinput.c -o "$build/test_badinput" -L"$libdir" -lddstore -Wl,-rpath,"$(cd "$libdir" && pwd)"
 has_fabric=0
-ldd "$libdir/libddstore.so" | grep -q libfabric && has_fabric=1
+grep -q libfabric <<<"$(ldd "$libdir/libddstore.so")" && has_fabric=1
 hsdir="$(mktemp -d /tmp/ddstore-mpich-hs.XXXXXX)"
 trap 'rm -rf "$hsdir"' EXIT
 

@@ -76,7 +76,7 @@ if [ ! -e "$libdir/libddstore.so" ]; then
   exit 2
 fi
 has_fabric=0
-if ldd "$libdir/libddstore.so" | grep -q libfabric; then has_fabric=1; fi
+if grep -q libfabric <<<"$(ldd "$libdir/libddstore.so")"; then has_fabric=1; fi
 hsdir="$(mktemp -d /tmp/ddstore-extra-hs.XXXXXX)" # mode 0700
 trap 'rm -rf "$hsdir"' EXIT
 
