@@ -731,13 +731,18 @@ class PyDDStore:
         if rc:
             self._raise(rc)
 
-    def sync(self):
-        """Make every update() so far visible to all readers (collective over comm)."""
-        self._require_core("sync")
+    def _core_collective(self, what, cfn):
+        """Run a store-wide C call taking only the handle (sync, epochs) on a
+        core store and raise its error."""
+        self._require_core(what)
         with self._h as ptr:
-            rc = _c.dds_sync(ptr)
+            rc = cfn(ptr)
         if rc:
             self._raise(rc)
+
+    def sync(self):
+        """Make every update() so far visible to all readers (collective over comm)."""
+        self._core_collective("sync", _c.dds_sync)
 
     # -- reads
 
@@ -857,19 +862,11 @@ class PyDDStore:
     def epoch_begin(self):
         """Begin an access epoch (collective over the group); for code written
         for the original DDStore. get() works inside and outside epochs."""
-        self._require_core("epoch_begin")
-        with self._h as ptr:
-            rc = _c.dds_epoch_begin(ptr)
-        if rc:
-            self._raise(rc)
+        self._core_collective("epoch_begin", _c.dds_epoch_begin)
 
     def epoch_end(self):
         """End the access epoch begun by :meth:`epoch_begin` (collective over the group)."""
-        self._require_core("epoch_end")
-        with self._h as ptr:
-            rc = _c.dds_epoch_end(ptr)
-        if rc:
-            self._raise(rc)
+        self._core_collective("epoch_end", _c.dds_epoch_end)
 
     def epoch(self):
         """Context manager: ``with store.epoch(): ...`` = epoch_begin()/epoch_end()."""
