@@ -196,6 +196,20 @@ static uint64_t read_timeout_ns(bool reader)
     return (uint64_t)(t * 1e9);
 }
 
+/* fi_enable, retried for a while on -FI_EBUSY: the shm provider refuses an
+ * endpoint while a just-closed one's resources of this process are still
+ * being released (seen in CI: a second store created right after a free,
+ * 4 ranks on 2 cores). */
+static int enable_ep(struct fid_ep *ep)
+{
+    int rc;
+    for (int i = 0; (rc = fi_enable(ep)) == -FI_EBUSY && i < 200; i++) {
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    return rc;
+}
+
 static int fab_err(int fi_rc, const char *what)
 {
     if (fi_rc < 0)
@@ -397,7 +411,7 @@ static int open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_for
         return fab_err(rc, "fi_ep_bind (address vector)");
     if ((rc = fi_ep_bind(F->ep, &F->cq->fid, FI_TRANSMIT | FI_RECV)))
         return fab_err(rc, "fi_ep_bind (completion queue)");
-    if ((rc = fi_enable(F->ep)))
+    if ((rc = enable_ep(F->ep)))
         return fab_err(rc, "fi_enable");
     return DDS_OK;
 }
@@ -449,7 +463,7 @@ static int open_target(struct dds_fabric *F, bool progress)
         return fab_err(rc, "fi_ep_bind (target address vector)");
     if ((rc = fi_ep_bind(F->t_ep, &F->t_cq->fid, FI_TRANSMIT | FI_RECV)))
         return fab_err(rc, "fi_ep_bind (target completion queue)");
-    if ((rc = fi_enable(F->t_ep)))
+    if ((rc = enable_ep(F->t_ep)))
         return fab_err(rc, "fi_enable (target)");
     F->poll_us = 1000;
     const char *p = dds_env("DDSTORE_FABRIC_POLL_US");
