@@ -48,6 +48,7 @@ typedef struct dds_var {
     void *mpi_mem;          /* memory from MPI_Alloc_mem, or NULL */
     /* methods 1/2 */
     struct dds_fabric_var *fab;
+    bool readonly;          /* this rank's shard pages are read-only (protect.c) */
 } dds_var;
 
 /* One transfer of a read: `len` bytes at byte `src_offset` of group rank
@@ -136,6 +137,20 @@ DDS_HIDDEN int dds_rma_sync_local(dds_store *s, dds_var *v);
  * default on, and the MPI can allocate shared windows); sets
  * s->shm_enabled. Collective over s->comm; returns an agreed result. */
 DDS_HIDDEN int dds_shm_probe(dds_store *s);
+
+/* ---- read-only shard pages, methods 1/2 (protect.c) ------------------------ */
+
+/* The system page size. */
+DDS_HIDDEN size_t dds_page_size(void);
+/* Make the pages of every shard this process maps (its own, and node
+ * peers' shared-memory shards) read-only, or writable again. A no-op for
+ * method 0. Shards must be page-aligned with page-rounded allocations
+ * (dds_shard_alloc does this for methods 1/2); an unaligned one is left
+ * writable (debug message). Local. */
+DDS_HIDDEN int dds_shard_protect(dds_store *s, dds_var *v, bool readonly);
+/* Copy `len` bytes to byte `offset` of this rank's shard, opening its
+ * pages for the copy when they are read-only. Thread-safe. */
+DDS_HIDDEN int dds_shard_write(dds_var *v, size_t offset, const void *data, size_t len);
 
 /* ---- methods 1/2 (fabric.c, or nofabric.c without libfabric) ------------------ */
 

@@ -15,8 +15,6 @@
 
 #include "internal.h"
 
-#define PAGE_BYTES 4096
-
 static int probe_shared(dds_store *s, void *unused)
 {
     (void)unused;
@@ -54,14 +52,28 @@ int dds_shm_probe(dds_store *s)
     return DDS_OK;
 }
 
+/* Methods 1/2 make shard pages read-only (protect.c), which needs each
+ * shard on pages of its own. Noncontiguous shared windows start each rank's
+ * segment near a page boundary but not on it (Open MPI 4.1: 0x108 bytes
+ * after), so one extra page is asked for and the shard starts at the first
+ * page boundary inside the segment; every rank finds that boundary the
+ * same way in its own mapping. */
+static char *page_align(void *p, size_t pad)
+{
+    if (!pad)
+        return p;
+    return (char *)(((uintptr_t)p + pad - 1) / pad * pad);
+}
+
 static int alloc_shared(dds_store *s, dds_var *v, size_t bytes)
 {
+    size_t pad = s->method != 0 ? dds_page_size() : 0;
     MPI_Info info;
     MPI_Info_create(&info);
     /* Each rank's segment starts on its own pages: no false sharing between
      * shards, and libfabric can register it alone. */
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
-    int mrc = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, s->node, &v->base, &v->shm_win);
+    int mrc = MPI_Win_allocate_shared((MPI_Aint)(bytes + pad), 1, info, s->node, &v->base, &v->shm_win);
     MPI_Info_free(&info);
     if (mrc != MPI_SUCCESS) {
         v->shm_win = MPI_WIN_NULL;
@@ -79,8 +91,9 @@ static int alloc_shared(dds_store *s, dds_var *v, size_t bytes)
         mrc = MPI_Win_shared_query(v->shm_win, nr, &size, &disp, &ptr);
         if (mrc != MPI_SUCCESS)
             return dds_err_mpi(mrc, "MPI_Win_shared_query");
-        v->peer_base[g] = ptr;
+        v->peer_base[g] = page_align(ptr, pad);
     }
+    v->base = page_align(v->base, pad);
     /* MPI_Win_sync, which publishes local writes, needs a passive epoch. */
     mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, v->shm_win);
     if (mrc != MPI_SUCCESS)
@@ -95,7 +108,7 @@ static int alloc_private(dds_store *s, dds_var *v, size_t bytes)
      * MPI_ERR_NO_MEM on MPI_COMM_WORLD, fatal by default; MPICH 4.0 ch4
      * returns MPI_SUCCESS with an invalid pointer). */
     void *p = NULL;
-    if (posix_memalign(&p, PAGE_BYTES, bytes) != 0)
+    if (posix_memalign(&p, dds_page_size(), bytes) != 0)
         return dds_err(DDS_ENOMEM, "variable '%s': cannot allocate %zu bytes", v->name, bytes);
     v->base = p;
     v->peer_base[s->group_rank] = v->base;
@@ -107,8 +120,13 @@ int dds_shard_alloc(dds_store *s, dds_var *v)
     size_t bytes = (size_t)(v->local_rows * v->row_bytes);
     if (bytes == 0)
         bytes = 1; /* windows and registrations want a real address */
-    if ((uint64_t)v->local_rows * (uint64_t)v->row_bytes > (uint64_t)PTRDIFF_MAX)
+    if ((uint64_t)v->local_rows * (uint64_t)v->row_bytes > (uint64_t)PTRDIFF_MAX - (1u << 20))
         return dds_err(DDS_EOVERFLOW, "variable '%s' is too large for this machine", v->name);
+    if (s->method != 0) {
+        /* Whole pages, which dds_shard_protect() makes read-only. */
+        size_t page = dds_page_size();
+        bytes = (bytes + page - 1) / page * page;
+    }
 
     /* Refuse shards this node cannot hold before asking MPI: a failed
      * MPI_Win_allocate_shared in Open MPI 4.1 returns on the rank that
@@ -188,7 +206,9 @@ int dds_shard_alloc(dds_store *s, dds_var *v)
 
 void dds_shard_release(dds_store *s, dds_var *v)
 {
-    (void)s;
+    /* free() writes into freed memory; MPI may reuse a shared segment. */
+    if (v->base)
+        dds_shard_protect(s, v, false);
     if (v->win != MPI_WIN_NULL) {
         MPI_Win_unlock_all(v->win);
         MPI_Win_free(&v->win);

@@ -668,7 +668,9 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
         }
     }
     if (rc == DDS_OK) {
-        rc = dds_rma_sync_local(s, v);
+        rc = dds_shard_protect(s, v, true);
+        if (rc == DDS_OK)
+            rc = dds_rma_sync_local(s, v);
         rc = dds_agree(s->comm, rc); /* also a barrier: no rank reads before every shard is written */
         if (rc) {
             if (s->method != 0)
@@ -717,7 +719,7 @@ DDS_API int dds_update(dds_store *s, const char *name, const void *data, int64_t
     if (nrows > 0 && !data)
         return dds_err(DDS_EINVAL, "variable '%s': data is NULL", name);
     if (nrows)
-        memcpy(v->base + offset * v->row_bytes, data, (size_t)(nrows * v->row_bytes));
+        return dds_shard_write(v, (size_t)(offset * v->row_bytes), data, (size_t)(nrows * v->row_bytes));
     return DDS_OK;
 }
 

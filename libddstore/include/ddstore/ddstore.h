@@ -221,7 +221,10 @@ DDS_API int dds_init(dds_store *store, const char *name, int64_t nrows,
 /* Write `nrows` rows from `data` into this rank's own shard, starting at
  * local row `offset`. The rows become visible to other ranks after the next
  * dds_sync() or dds_epoch_begin(). Local (not collective); not thread-safe
- * against reads of the same rows. */
+ * against reads of the same rows. With methods 1 and 2, shard pages are
+ * read-only outside this call (no libfabric write, not even shm's direct
+ * copy, can change them); this call opens this rank's pages for its copy,
+ * serialised with other dds_update() calls of the process. */
 DDS_API int dds_update(dds_store *store, const char *name, const void *data,
                        int64_t nrows, int64_t offset);
 
