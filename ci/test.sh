@@ -30,6 +30,7 @@ run "C tests (meson test)" 1500 meson test -C build-ci --print-errorlogs --num-p
 if [ -f tests/c/extra-tests.sh ]; then
   run "C extra tests" 900 env DDS_SKIP_MPICH=1 bash tests/c/extra-tests.sh build-ci
 fi
+run "C ThreadSanitizer" 900 bash tests/c/tsan-tests.sh build-ci
 # Debian's MPICH beside Open MPI: the C tests and the Python core (methods
 # 0 and 1) and torch suites with an mpi4py built against MPICH (cached).
 run "MPICH" 2400 bash ci/mpich.sh --python

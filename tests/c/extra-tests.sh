@@ -7,7 +7,7 @@
 #   2. test_leak: 1,000 create/add/get/free cycles, RSS, mappings and file
 #      descriptors flat (method 0; methods 1/2 with fewer cycles, see below);
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build (<builddir>-asan)
-#      running test_core and test_badinput (LeakSanitizer on, suppressions
+#      running test_core, test_badinput and test_remote_write (LeakSanitizer on, suppressions
 #      only for Open MPI's own MPI_Init/MPI_Finalize/progress-thread leaks) and
 #      a differential LeakSanitizer check of test_leak (bytes leaked after
 #      20 cycles == after 500 (method 0) or 80 (method 1): nothing leaks per cycle);
@@ -134,18 +134,9 @@ leak:ompi_mpi_finalize
 leak:orte_init
 leak:event_base_loop
 EOF
-cat > "$scratch/ubsan.supp" <<'EOF'
-# Known libddstore bug, fix sent to the lead (reliability report, issue 8):
-# error messages print start+count, which overflows int64 for the rows
-# INT64_MAX that test_badinput passes. Remove once read.c/store.c print
-# start and count instead.
-signed-integer-overflow:dds_get
-signed-integer-overflow:dds_get_ranges
-signed-integer-overflow:dds_update
-EOF
 asan_env=(ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=0
           LSAN_OPTIONS=suppressions=$scratch/lsan.supp:print_suppressions=0
-          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$scratch/ubsan.supp)
+          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 fab_opt=()
 [ $has_fabric = 1 ] || fab_opt=(-Dlibddstore:libfabric=disabled)
 if [ ! -f "$asan/build.ninja" ]; then
@@ -172,6 +163,9 @@ if [ $has_fabric = 1 ]; then
   step "asan: test_badinput method=2 fabric=shm np=2" 180 \
     env "${asan_env[@]}" DDSTORE_METHOD=2 DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir/asan-2" \
     mpiexec -n 2 "$scratch/asan_test_badinput"
+  step "asan: test_remote_write shm np=2 (read-only shard pages, updates)" 180 \
+    env "${asan_env[@]}" DDSTORE_FABRIC=shm mpiexec -n 2 "$asan/tests/test_remote_write" \
+    "$asan/tests/remote_write_probe"
 fi
 
 # Differential leak check: without suppressions (fast unwinding, so stacks
@@ -179,7 +173,7 @@ fi
 # not depend on the number of cycles.
 leak_bytes() { # leak_bytes <cycles> <method> -> total leaked bytes of all ranks
   local log="$scratch/lsan-$1-$2.log"
-  env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:suppressions=$scratch/ubsan.supp \
+  env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
     DDS_LEAK_MAX_RSS_KIB=100000000 DDS_LEAK_MAX_MAPS=100000 DDSTORE_METHOD=$2 DDSTORE_FABRIC=shm \
     DDSTORE_HANDSHAKE_DIR="$hsdir/lsan-$2" \
     timeout -k 10 300 mpiexec -n 2 "$scratch/asan_test_leak" "$1" > "$log" 2>&1
