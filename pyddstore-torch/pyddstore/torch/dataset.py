@@ -655,10 +655,14 @@ class DistDataset(_StoreDataset):
         start, stop = n * g // gsize, n * (g + 1) // gsize
 
         # 1. Structure from each rank's first sample; all ranks must agree.
+        # That sample is kept for step 2, so each sample of the share is read
+        # from the source (and encoded) exactly once.
         err, structure = None, None
+        first = {}
         try:
             if stop > start:
-                structure = st.structure_of(self._prepare(source[start], encode, fields, start), start)
+                first[start] = self._prepare(source[start], encode, fields, start)
+                structure = st.structure_of(first[start], start)
         except Exception as e:  # noqa: BLE001
             err = e
         _raise_agreed(comm, err, what)
@@ -693,7 +697,7 @@ class DistDataset(_StoreDataset):
                 bar = _progress.bar(nloc, progress=progress, rank=comm.Get_rank(),
                                     desc=f"{what} loading")
                 cols = self._read_block(source, start, stop, structure, encode, fields, use_range, None,
-                                        bar)
+                                        bar, first=first)
             except Exception as e:  # noqa: BLE001
                 err = e
             finally:
@@ -714,7 +718,8 @@ class DistDataset(_StoreDataset):
                                     desc=f"{what} loading")
                 for a in range(start, stop, chunk_size):
                     b = min(a + chunk_size, stop)
-                    cols = self._read_block(source, a, b, structure, encode, fields, use_range, bufs)
+                    cols = self._read_block(source, a, b, structure, encode, fields, use_range, bufs,
+                                            first=first)
                     for f in structure.fields:
                         store.update(self._var(f.key), cols[f.key], a - start)
                     del cols
@@ -735,10 +740,14 @@ class DistDataset(_StoreDataset):
         js = structure.to_json().encode() if g == 0 else b""
         store.add(f"{self._name}/{st.STRUCTURE_SUFFIX}", np.frombuffer(js, dtype=np.uint8).copy())
 
-    def _read_block(self, source, a, b, structure, encode, fields, use_range, bufs, bar=None):
+    def _read_block(self, source, a, b, structure, encode, fields, use_range, bufs, bar=None, *,
+                    first=None):
         """Samples a..b-1 as host arrays {key: (b-a, *shape)}, checked against structure.
 
         bar: a progress bar advanced as samples are read (None: none).
+        first: {index: prepared sample} already read from the source (the
+        structure probe); such a sample is taken from it (and dropped from it)
+        instead of being read and encoded a second time.
         """
         m = b - a
         out = {f.key: (bufs[f.key][:m] if bufs is not None else np.empty((m,) + f.shape, f.dtype))
@@ -775,7 +784,10 @@ class DistDataset(_StoreDataset):
         step = max(1, min(4096, m // 100))
         done = 0
         for j, i in enumerate(range(a, b)):
-            sample = self._prepare(source[i], encode, fields, i)
+            if first and i in first:
+                sample = first.pop(i)
+            else:
+                sample = self._prepare(source[i], encode, fields, i)
             for spec, value in st.items_of(sample, structure, i):
                 dest = out[spec.key]
                 if spec.kind == st.TENSOR:

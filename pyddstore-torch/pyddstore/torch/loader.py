@@ -454,17 +454,32 @@ class ThreadDataLoader(DataLoader):
     the default collate_fn, or collate_copies=True to declare that a custom
     collate_fn copies. close() (or deleting the loader) waits for running
     fetches and unregisters the pool.
+
+    reuse_buffers and collate_copies may also be passed by position, as bools
+    right after the dataset (ThreadDataLoader(ds, True, batch_size=64)); other
+    positional arguments after the dataset are DataLoader's (batch_size,
+    shuffle, ...), as in ThreadDataLoader(ds, 64, True).
     """
 
     def __init__(self, dataset, *args, reuse_buffers=False, collate_copies=False, **DataLoader_kwargs):
         self._core = None
         if args and isinstance(args[0], bool):
-            # Positional arguments after the dataset are DataLoader's
-            # (batch_size, shuffle, ...), as in DataLoader(ds, 64, True);
-            # a bare bool there is almost surely a positional reuse_buffers.
-            raise TypeError("ThreadDataLoader(dataset, ...): positional arguments after the dataset are "
-                            "DataLoader's (batch_size, shuffle, ...); pass reuse_buffers= and "
-                            "collate_copies= by keyword")
+            # The documented signature is ThreadDataLoader(dataset, reuse_buffers=False,
+            # collate_copies=False, **DataLoader_kwargs): a bool right after the
+            # dataset is reuse_buffers (a bool is never a batch_size), and a bool
+            # after it collate_copies. Other positional arguments are DataLoader's
+            # (batch_size, shuffle, ...), as in DataLoader(ds, 64, True).
+            flags, args = (args[:2], args[2:]) if len(args) > 1 and isinstance(args[1], bool) \
+                else (args[:1], args[1:])
+            if args:
+                raise TypeError("ThreadDataLoader(dataset, reuse_buffers, collate_copies, **kwargs): "
+                                "after positional reuse_buffers/collate_copies, pass DataLoader's "
+                                "arguments (batch_size=, shuffle=, ...) by keyword")
+            if reuse_buffers or collate_copies:
+                raise TypeError("ThreadDataLoader: reuse_buffers/collate_copies given both by position "
+                                "and by keyword; pass them one way")
+            reuse_buffers = flags[0]
+            collate_copies = flags[1] if len(flags) > 1 else False
         with warnings.catch_warnings():
             # DataLoader's warning about too many worker *processes* does not apply to threads.
             warnings.filterwarnings("ignore", message="This DataLoader will create")

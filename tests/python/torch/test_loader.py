@@ -198,8 +198,12 @@ def test_reuse_buffers_arguments(world, dds):
         ThreadDataLoader(dds, batch_size=None, reuse_buffers=True)
     with pytest.raises(TypeError, match="alloc"):
         ThreadDataLoader(MapSource(3, make), batch_size=1, reuse_buffers=True)
+    # A positional bool is reuse_buffers, as in the documented signature, never a batch_size.
+    tdl = ThreadDataLoader(dds, True, batch_size=4)
+    assert tdl.reuse_buffers and tdl.batch_size == 4
+    tdl.close()
     with pytest.raises(TypeError, match="by keyword"):
-        ThreadDataLoader(dds, True)  # a positional reuse_buffers is refused, not taken as batch_size
+        ThreadDataLoader(dds, True, 4)  # DataLoader's arguments after it go by keyword
     # Positional arguments after the dataset are DataLoader's, as in DataLoader(ds, 4, False).
     tdl = ThreadDataLoader(dds, 4, False)
     assert tdl.batch_size == 4 and not tdl.reuse_buffers
