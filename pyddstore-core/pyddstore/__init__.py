@@ -23,6 +23,7 @@ from . import _lib  # noqa: E402  (loads libddstore and checks its ABI)
 from ._logging import enable_logging  # noqa: E402  (also installs the rank-0 default handler)
 from ._errors import (  # noqa: E402
     CODE_NAMES,
+    DDStoreDTypeError,
     DDStoreError,
     DDStoreKeyError,
     DDStoreNotSupportedError,
@@ -52,6 +53,7 @@ __all__ = [
     "DDStoreValueError",
     "DDStoreKeyError",
     "DDStoreTypeError",
+    "DDStoreDTypeError",
     "DDStoreRangeError",
     "DDStoreStateError",
     "DDStoreNotSupportedError",

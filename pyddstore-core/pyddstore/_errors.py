@@ -71,16 +71,31 @@ class DDStoreValueError(DDStoreError, ValueError):
     """Invalid argument: bad name, size, shape, contiguity, or ranks that disagree."""
 
 
-class DDStoreKeyError(DDStoreError, KeyError):
-    """Unknown variable name."""
+class DDStoreKeyError(DDStoreError, KeyError, ValueError):
+    """Unknown variable name, or a receive buffer that is not registered.
+
+    Also a ValueError: the original DDStore raised ValueError for both.
+    """
 
 
 class DDStoreTypeError(DDStoreError, TypeError):
     """Wrong dtype or wrong kind of object for an array argument."""
 
 
-class DDStoreRangeError(DDStoreError, IndexError):
-    """Rows out of range, negative indices or offsets."""
+class DDStoreDTypeError(DDStoreTypeError, NotImplementedError):
+    """A dtype the store cannot hold (complex, strings, objects, structured).
+
+    Also a NotImplementedError: the original DDStore raised that for a dtype
+    it did not support.
+    """
+
+
+class DDStoreRangeError(DDStoreError, IndexError, ValueError):
+    """Rows out of range, negative indices or offsets.
+
+    Also a ValueError: the original DDStore raised ValueError for a read
+    outside the variable, and code written for it catches that.
+    """
 
 
 class DDStoreStateError(DDStoreError, RuntimeError):

@@ -27,6 +27,7 @@ from ._errors import (
     DDS_EOVERFLOW,
     DDS_ERANGE,
     DDS_ESTATE,
+    DDStoreDTypeError,
     DDStoreError,
     DDStoreKeyError,
     DDStoreNotSupportedError,
@@ -330,7 +331,7 @@ def _to_array(obj, what, name, output):
                 f"{what} for variable {name!r} must be writable memory (numpy array, CPU tensor, "
                 f"bytearray); a {type(obj).__name__} would be copied and the data lost", DDS_EINVAL)
     if arr.dtype.hasobject:
-        raise DDStoreTypeError(
+        raise DDStoreDTypeError(
             f"{what} for variable {name!r} has dtype {arr.dtype}, which holds Python objects; "
             f"use one of {', '.join(SUPPORTED_DTYPES)}", DDS_EINVAL)
     if arr.ndim == 0:
@@ -361,7 +362,8 @@ def _check_rows_match(v, arr, what):
     if v.dtype is not None or v.tag != 0:
         if dtype_tag(arr.dtype) != v.tag:
             expect = v.dtype.name if v.dtype is not None else f"dtype tag {v.tag}"
-            raise DDStoreTypeError(
+            cls = DDStoreDTypeError if dtype_tag(arr.dtype) is None else DDStoreTypeError
+            raise cls(
                 f"variable {v.name!r} holds {expect} rows; {what} has dtype {arr.dtype}", DDS_EINVAL)
     rb = _row_bytes(arr)
     if rb != v.row_bytes:
@@ -398,7 +400,7 @@ class PyDDStore:
     """A distributed in-memory store of row-indexed variables.
 
     ``PyDDStore(comm=None, method=None, ddstore_width=None, *, handshake_dir=None,
-    fabric=None, n_core=None, timeout=None)``
+    fabric=None, n_core=None, timeout=None, nic_map=None)``
 
     * comm: mpi4py intra-communicator of the ranks holding the data
       (default ``MPI.COMM_WORLD``). Collective over it.
@@ -413,6 +415,11 @@ class PyDDStore:
       :func:`pyddstore.join`; attach variables with :meth:`join`. timeout:
       seconds a reader waits for the publication (default
       ``DDSTORE_HANDSHAKE_TIMEOUT_S``, else 300).
+    * Original-DDStore forms also accepted: a path as the third positional
+      argument is handshake_dir (``PyDDStore(comm, 2, "/hs")``),
+      ``handshake_dir=""`` means the default, ``n_core=0`` on a store over a
+      communicator, and ``nic_map`` (a str, not used: libfabric chooses the
+      interface here).
 
     Attributes (read-only): ``comm`` (the communicator given, None for a
     reader), ``group_comm`` (mpi4py communicator of this rank's group),
@@ -428,10 +435,28 @@ class PyDDStore:
     """
 
     def __init__(self, comm=None, method=None, ddstore_width=None, *, handshake_dir=None,
-                 fabric=None, n_core=None, timeout=None):
+                 fabric=None, n_core=None, timeout=None, nic_map=None):
+        # The newest original is PyDDStore(comm_or_none, method, handshake_dir, n_core,
+        # nic_map): a path in third place is its handshake_dir, and "" its "unset".
+        if isinstance(ddstore_width, (str, os.PathLike)):
+            if handshake_dir is not None:
+                raise DDStoreValueError(
+                    f"handshake_dir given twice ({ddstore_width!r} in third place and "
+                    f"handshake_dir={handshake_dir!r}); the third positional argument is "
+                    "ddstore_width (a path there is taken as handshake_dir)", DDS_EINVAL)
+            handshake_dir, ddstore_width = ddstore_width, None
+        if isinstance(handshake_dir, str) and handshake_dir == "":
+            handshake_dir = None
+        # nic_map: the original's CPU->Slingshot-NIC map for choosing FABRIC_IFACE. Here
+        # libfabric picks the interface (DDSTORE_FABRIC, FI_PROVIDER, FI_TCP_IFACE), so
+        # it is checked and otherwise not used.
+        if nic_map is not None and not isinstance(nic_map, str):
+            raise DDStoreTypeError(f"nic_map must be a str (the original's 'iface=cpus;...' map) or "
+                                   f"None, got {type(nic_map).__name__}", DDS_EINVAL)
         self._h = None
         self._vars = {}
-        self._recv = {}
+        self._recv = {}  # address -> registered buffer (kept alive)
+        self._recv_lock = threading.Lock()
         self.comm = None
         self.group_comm = None
         if comm is None and (method == 2 or (method is None and n_core is not None)):
@@ -462,7 +487,8 @@ class PyDDStore:
                 raise DDStoreValueError(
                     f"ddstore_width={w} must divide the communicator size {size} "
                     "(groups are consecutive ranks of equal size)", DDS_EINVAL)
-            if n_core is not None:
+            # n_core=0 is the newest original's default ("not a reader").
+            if n_core is not None and _index(n_core, "n_core") != 0:
                 raise DDStoreValueError(
                     "n_core is for method-2 readers (PyDDStore(None, method=2, n_core=N)); a store "
                     "over a communicator has its ranks as core", DDS_EINVAL)
@@ -564,7 +590,7 @@ class PyDDStore:
         for r, (theirs, _) in enumerate(verdicts):
             if theirs is not None:
                 cls = {c.__name__: c for c in (DDStoreError, DDStoreValueError, DDStoreKeyError,
-                                                DDStoreTypeError, DDStoreRangeError,
+                                                DDStoreTypeError, DDStoreDTypeError, DDStoreRangeError,
                                                 DDStoreStateError, DDStoreNotSupportedError)}
                 raise cls.get(theirs[0], DDStoreError)(f"rank {r}: {theirs[2]}", theirs[1])
         first = verdicts[0][1]
@@ -655,7 +681,7 @@ class PyDDStore:
             a = _to_array(arr, "array", name, output=False)
             tag = dtype_tag(a.dtype)
             if tag is None:
-                raise DDStoreTypeError(
+                raise DDStoreDTypeError(
                     f"variable {name!r}: dtype {a.dtype} is not supported; use one of "
                     f"{', '.join(SUPPORTED_DTYPES)} (native byte order)", DDS_EINVAL)
             rb = _row_bytes(a)
@@ -921,33 +947,53 @@ class PyDDStore:
     def register_recv(self, *args):
         """Register a receive buffer once for faster reads (methods 1/2; a
         no-op for method 0): ``register_recv(arr)`` or ``register_recv(name,
-        arr)`` like the original. The store keeps `arr` alive until
-        :meth:`unregister_recv` or :meth:`free`."""
+        arr)`` like the original. Registering memory that is already
+        registered (same start, no more bytes) is a no-op, as in the original
+        (more bytes at the same start: unregister first); registrations
+        belong to the store, whatever `name`. The store keeps `arr` alive
+        until :meth:`unregister_recv` or :meth:`free`."""
         arr = self._recv_arg(args, "register_recv")
         a = _to_array(arr, "receive buffer", "-", output=True)
         if a.nbytes == 0:
             return
         addr = _address(a)
-        with self._h as ptr:
-            rc = _c.dds_register_recv(ptr, addr, a.nbytes)
-        if rc:
-            self._raise(rc)
-        self._recv[addr] = a
+        with self._recv_lock:
+            held = self._recv.get(addr)
+            if held is not None and held.nbytes >= a.nbytes:
+                return
+            with self._h as ptr:
+                rc = _c.dds_register_recv(ptr, addr, a.nbytes)
+            if rc:
+                self._raise(rc)
+            self._recv[addr] = a
 
     prefetch_recv_mr = register_recv
 
     def unregister_recv(self, *args):
-        """Undo :meth:`register_recv` for `arr` (or ``(name, arr)``)."""
+        """Undo :meth:`register_recv` for `arr` (or ``(name, arr)``). Memory
+        that is not registered raises DDStoreKeyError (also a ValueError,
+        as the original raised) for methods 1/2; method 0 ignores it."""
         arr = self._recv_arg(args, "unregister_recv")
         a = _to_array(arr, "receive buffer", "-", output=True)
         if a.nbytes == 0:
             return
         addr = _address(a)
-        with self._h as ptr:
-            rc = _c.dds_unregister_recv(ptr, addr)
-        if rc:
-            self._raise(rc)
-        self._recv.pop(addr, None)
+        with self._recv_lock:
+            held = self._recv.get(addr)
+            if held is None:
+                with self._h:  # a freed store raises DDStoreStateError here
+                    pass
+                if self.method == 0:
+                    return
+                raise DDStoreKeyError(
+                    f"unregister_recv: the buffer at {addr:#x} is not registered with this store "
+                    "(register it with register_recv first; each registration is undone once)",
+                    DDS_ENOENT)
+            with self._h as ptr:
+                rc = _c.dds_unregister_recv(ptr, addr)
+            if rc:
+                self._raise(rc)
+            del self._recv[addr]
 
     @staticmethod
     def _recv_arg(args, what):
@@ -990,6 +1036,19 @@ class PyDDStore:
         for key, value in counters.items():
             add(prefix + key, value, step)
         return counters
+
+    def get_profile(self, name):
+        """The original DDStore's DDSTORE_PROFILE read timings, for code
+        written for it: a dict with its keys (calls, lock_wait, mr, mr_miss,
+        read, cq, rows, py_gets, py_get, py_sync), filled from :meth:`stats`.
+        Here the counters are per store, not per variable (`name` must
+        exist), and are always kept; phases not timed separately here
+        (lock_wait, mr, mr_miss, cq, py_sync) are 0. Local."""
+        self._var(name)
+        st = self.stats()
+        return {"calls": st["read_calls"], "lock_wait": 0.0, "mr": 0.0, "mr_miss": 0,
+                "read": st["read_seconds"], "cq": 0.0, "rows": st["rows_local"] + st["rows_remote"],
+                "py_gets": st["read_calls"], "py_get": st["read_seconds"], "py_sync": 0.0}
 
     def reset_stats(self):
         """Zero the read counters (local)."""
