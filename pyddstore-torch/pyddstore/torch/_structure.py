@@ -15,6 +15,8 @@ import numbers
 import numpy as np
 import torch
 
+from ._errors import FieldNotFoundError
+
 #: dtypes a field may have (numpy names); everything else is rejected.
 SUPPORTED_DTYPES = ("bool", "uint8", "int32", "int64", "float32", "float64")
 _SUPPORTED_NP = {np.dtype(n) for n in SUPPORTED_DTYPES}
@@ -249,14 +251,14 @@ def select(sample, fields, index):
     if isinstance(sample, collections.abc.Mapping):
         missing = [k for k in fields if k not in sample]
         if missing:
-            raise KeyError(f"sample {index}: fields={list(fields)!r} names keys {missing!r} that the "
+            raise FieldNotFoundError(f"sample {index}: fields={list(fields)!r} names keys {missing!r} that the "
                            f"sample lacks (it has {list(sample.keys())!r})")
         return {k: sample[k] for k in fields}
     if isinstance(sample, (tuple, list)):
         bad = [p for p in fields if not isinstance(p, int) or isinstance(p, bool)
                or not -len(sample) <= p < len(sample)]
         if bad:
-            raise IndexError(f"sample {index}: fields={list(fields)!r} names positions {bad!r} outside "
+            raise FieldNotFoundError(f"sample {index}: fields={list(fields)!r} names positions {bad!r} outside "
                              f"the sample's {len(sample)} positions")
         return type(sample)([sample[p] for p in fields]) if type(sample) in (tuple, list) \
             else tuple(sample[p] for p in fields)

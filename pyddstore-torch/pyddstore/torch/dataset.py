@@ -10,6 +10,7 @@ import torch
 
 from . import _progress
 from . import _structure as st
+from ._errors import FieldNotFoundError
 from ._logging import logger
 from .ragged import RaggedFields
 
@@ -131,6 +132,20 @@ class _StoreDataset(torch.utils.data.Dataset):
         return self._name
 
     @property
+    def shapes(self):
+        """{key: shape} of each stored field of one sample (keys as in alloc():
+        dict key, tuple/list position, or 0 for a single value), e.g.
+        ``{"x": (2, 3), "y": ()}``."""
+        return {f.key: f.shape for f in self._structure.fields}
+
+    @property
+    def dtypes(self):
+        """{key: numpy dtype} of each stored field (compares equal to its name,
+        ``ds.dtypes["x"] == "float32"``); tensor fields give the numpy dtype
+        of their torch dtype."""
+        return {f.key: f.dtype for f in self._structure.fields}
+
+    @property
     def ragged_axes(self):
         """{key: variable axis} of the variable-size fields ({} without ragged=)."""
         return {} if self._ragged is None else {k: self._ragged.axis(k) for k in self._ragged.keys}
@@ -213,18 +228,26 @@ class _StoreDataset(torch.utils.data.Dataset):
         return bufs
 
     def release(self, bufs):
-        """Unregister buffers from alloc() (free() does it too)."""
+        """Unregister buffers from alloc() (free() does it too).
+
+        Releasing buffers that are not registered (released before, or not
+        from alloc()) raises pyddstore.DDStoreKeyError (a KeyError and a
+        ValueError) with methods 1/2, as the original DDStore did; method 0
+        registers nothing and ignores it.
+        """
         if bufs is None:
             return
         with self._alloc_lock:
-            self._allocated.pop(id(bufs), None)
+            known = self._allocated.pop(id(bufs), None) is not None
         if self._store is None:
             return
         for buf in bufs.values():
             try:
                 self._store.unregister_recv(buf)
             except KeyError:
-                pass  # never registered (alloc failed half-way) or released twice
+                if not known:
+                    raise
+                # else: alloc() failed half-way and never registered this one
 
     def _release_all(self):
         with self._alloc_lock:
@@ -436,7 +459,7 @@ class _StoreDataset(torch.utils.data.Dataset):
 
 
 _EXC_TYPES = {t.__name__: t for t in (ValueError, TypeError, KeyError, IndexError, RuntimeError,
-                                      NotImplementedError, MemoryError, OSError)}
+                                      NotImplementedError, MemoryError, OSError, FieldNotFoundError)}
 
 
 def _raise_agreed(comm, err, what):

@@ -371,6 +371,8 @@ class _ThreadIter(_BaseDataLoaderIter):
 
     def _next_data(self):
         run = self._run
+        if getattr(self, "_closed", False):
+            raise StopIteration
         if run.finished or run.cancelled:
             if run.cancelled and not run.finished:
                 raise RuntimeError("this ThreadDataLoader iterator was stopped by close()")
@@ -407,6 +409,22 @@ class _ThreadIter(_BaseDataLoaderIter):
         run.cancelled = True   # batches in flight past the end (iterable datasets) are dropped
         if run.ordered_ds is not None and run.ordered_ds._ordered_owner is run:
             run.ordered_ds._ordered_owner = None
+
+    def close(self):
+        """Stop this iterator: no more batches are fetched, those in flight are
+        dropped, and next() raises StopIteration. Not collective; as after a
+        break, reads of a method-0 DistDataset that some rank already started
+        are finished by the next iter(), close() or ds.free() of the loader."""
+        run = getattr(self, "_run", None)
+        if run is None or run.finished:
+            return
+        with run.cond:
+            run.sampler_done = True
+            if run.ordered_ds is None:
+                run.cancelled = True
+                run.results.clear()
+        run.finished = run.ordered_ds is None
+        self._closed = True
 
     def __del__(self):
         # Not collective: stop collating this run's batches; a cut-short method-0

@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 from . import _structure as st
+from ._errors import WindowRangeError
 from .dataset import _SampleBatch
 
 
@@ -42,7 +43,7 @@ class WindowedDataset(torch.utils.data.Dataset):
                 else starts.detach().cpu().numpy().astype(np.int64).reshape(-1)
             bad = np.flatnonzero((s < 0) | (s > last))
             if bad.size:
-                raise ValueError(
+                raise WindowRangeError(
                     f"starts[{int(bad[0])}] = {int(s[bad[0]])}: a window of {self.window} rows with "
                     f"dilation {self.dilation} spans {self.span} rows, so starts must lie in "
                     f"[0, {last}] for ds of {n} rows")
