@@ -150,8 +150,18 @@ class _StoreDataset(torch.utils.data.Dataset):
         """{key: variable axis} of the variable-size fields ({} without ragged=)."""
         return {} if self._ragged is None else {k: self._ragged.axis(k) for k in self._ragged.keys}
 
-    def _var(self, key):
+    def _var_name(self, key):
         return f"{self._name}/{st.key_text(key)}"
+
+    @property
+    def _var(self):
+        """Variable names of the stored fields, in field order (an attribute
+        that code written for the original DDStore's torch layer reads)."""
+        return [self._var_name(f.key) for f in self._structure.fields]
+
+    def _key(self, j):
+        """Key of the j-th stored field (as in the original DDStore)."""
+        return self._structure.fields[j].key
 
     def _check_open(self):
         if self._store is None:
@@ -291,14 +301,14 @@ class _StoreDataset(torch.utils.data.Dataset):
                 # take part with no rows so they complete, then fail here only.
                 for k in keys:
                     spec = self._structure.by_key[k]
-                    self._store.get_batch(self._var(k), np.empty((0,) + spec.shape, spec.dtype),
+                    self._store.get_batch(self._var_name(k), np.empty((0,) + spec.shape, spec.dtype),
                                           np.empty(0, np.int64))
             raise IndexError(f"sample index {bad} out of range for dataset {self._name!r} of "
                              f"{self._len} samples")
         for k in keys:
             spec = self._structure.by_key[k]
             col = self._out_column(out, k, n) if out is not None else self._host_buffer(spec, n)
-            var = self._var(k)
+            var = self._var_name(k)
             if batch:
                 self._store.get_batch(var, col, rows)
             else:
@@ -316,7 +326,7 @@ class _StoreDataset(torch.utils.data.Dataset):
         bounds = [0, *breaks.tolist(), n]
         for k in keys:
             col = self._host_buffer(self._structure.by_key[k], n)
-            var = self._var(k)
+            var = self._var_name(k)
             for a, b in zip(bounds[:-1], bounds[1:]):
                 if b > a:
                     self._store.get(var, col[a:b], int(rows[a]))
@@ -665,7 +675,7 @@ class DistDataset(_StoreDataset):
         if not logger.isEnabledFor(logging.DEBUG):  # skip the query() when nobody listens
             return
         keys = self._structure.keys
-        local = store.query(self._var(keys[0])).local_rows
+        local = store.query(self._var_name(keys[0])).local_rows
         row_bytes = sum(f.row_bytes for f in self._structure.fields)
         logger.debug("%s %r: loaded %d of %d samples (%d fields, %d bytes/sample, %.1f MB here) in "
                      "%.3f s; method %d, group %d rank %d of %d", type(self).__name__, self._name,
@@ -728,11 +738,11 @@ class DistDataset(_StoreDataset):
                     bar.close()
             _raise_agreed(comm, err, what)
             for f in structure.fields:
-                store.add(self._var(f.key), np.ascontiguousarray(cols[f.key]))
+                store.add(self._var_name(f.key), np.ascontiguousarray(cols[f.key]))
             del cols
         else:
             for f in structure.fields:
-                store.init(self._var(f.key), nloc, f.row_bytes, 1)
+                store.init(self._var_name(f.key), nloc, f.row_bytes, 1)
             err = None
             bufs = {f.key: np.empty((min(chunk_size, max(nloc, 1)),) + f.shape, f.dtype)
                     for f in structure.fields}
@@ -744,7 +754,7 @@ class DistDataset(_StoreDataset):
                     cols = self._read_block(source, a, b, structure, encode, fields, use_range, bufs,
                                             first=first)
                     for f in structure.fields:
-                        store.update(self._var(f.key), cols[f.key], a - start)
+                        store.update(self._var_name(f.key), cols[f.key], a - start)
                     del cols
                     bar.update(b - a)
             except Exception as e:  # noqa: BLE001
@@ -885,14 +895,14 @@ class DistDatasetReader(_StoreDataset):
             store.get(meta, buf, 0)
             self._structure = st.Structure.from_json(buf.tobytes().decode())
             self._store = store
-            store.join([self._var(f.key) for f in self._structure.fields])
-            first = self._var(self._structure.keys[0])
+            store.join([self._var_name(f.key) for f in self._structure.fields])
+            first = self._var_name(self._structure.keys[0])
             self._len = int(store.query(first).global_rows)
             for f in self._structure.fields:
-                q = store.query(self._var(f.key))
+                q = store.query(self._var_name(f.key))
                 if q.global_rows != self._len or q.row_bytes != f.row_bytes:
                     raise RuntimeError(
-                        f"dataset {name!r}: variable {self._var(f.key)!r} has {q.global_rows} rows of "
+                        f"dataset {name!r}: variable {self._var_name(f.key)!r} has {q.global_rows} rows of "
                         f"{q.row_bytes} bytes, expected {self._len} rows of {f.row_bytes} bytes; the "
                         "handshake directory holds another dataset of that name")
         except BaseException:

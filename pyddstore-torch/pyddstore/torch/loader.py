@@ -527,6 +527,12 @@ class ThreadDataLoader(DataLoader):
     def __iter__(self):
         return _ThreadIter(self)
 
+    @property
+    def _pool_sets(self):
+        """The reuse_buffers pool: one buffer set per worker thread ([] without
+        reuse_buffers or after close()); the original DDStore's attribute."""
+        return list(self._core.pool_sets) if self._core is not None else []
+
     def close(self):
         """Stop the worker threads.
 

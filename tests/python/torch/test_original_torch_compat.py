@@ -105,8 +105,14 @@ def test_errors_are_also_value_errors(comm):
         ds.ddstore.free()
 
 
-def test_release_twice(comm):
-    ds = DistDataset(TupleSource(), "rel", comm, method=0)
+METHODS = [0, pytest.param(1, marks=pytest.mark.skipif(not pyddstore.has_fabric(),
+                                                      reason="libddstore built without libfabric"))]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_release_twice(comm, monkeypatch, method):
+    monkeypatch.setenv("DDSTORE_FABRIC", "shm")
+    ds = DistDataset(TupleSource(), "rel", comm, method=method)
     try:
         bufs = ds.alloc(8)
         ds.read_rows([0, 5, N - 1], out=bufs)
@@ -118,6 +124,33 @@ def test_release_twice(comm):
                 ds.release(bufs)
         else:
             ds.release(bufs)  # method 0 registers nothing
+    finally:
+        comm.Barrier()
+        ds.ddstore.free()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_original_attributes(comm, monkeypatch, method):
+    """ds._var (variable names), ds._key(j) and loader._pool_sets, which the
+    original's tests read; after close() the pool is released (releasing it
+    again raises with methods 1/2)."""
+    monkeypatch.setenv("DDSTORE_FABRIC", "shm")
+    ds = DistDataset(DictSource(), "attr", comm, method=method)
+    try:
+        assert ds._var == ["attr/x", "attr/y", "attr/z"]
+        assert [ds._key(j) for j in range(len(ds._var))] == ["x", "y", "z"]
+        assert all(ds.ddstore.query(v).global_rows == N for v in ds._var)
+        loader = ThreadDataLoader(ds, batch_size=8, num_workers=2, reuse_buffers=True)
+        sets = loader._pool_sets
+        assert len(sets) == 2 and all(sorted(b) == ["x", "y", "z"] for b in sets)
+        assert sum(len(b["x"]) for b in itertools.chain.from_iterable(
+            [batch] for batch in loader)) == N
+        loader.close()
+        assert loader._pool_sets == []
+        if ds.ddstore.method != 0:
+            for bufs in sets:
+                with pytest.raises(ValueError):
+                    ds.release(bufs)
     finally:
         comm.Barrier()
         ds.ddstore.free()
