@@ -36,23 +36,9 @@
 
 #include <ddstore/ddstore.h>
 
+#include "check.h"
+
 static int rank, size;
-static int checks;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        checks++;                                                                          \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__, __LINE__, \
-                    #cond);                                                                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, " [last error: %s]\n", dds_last_error());                      \
-            fflush(stderr);                                                                \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                  \
-        }                                                                                  \
-    } while (0)
-
-#define OK(call) CHECK((call) == DDS_OK, "%s", #call)
 
 enum { ROW_WORDS = 3 };
 static const int64_t RB = ROW_WORDS * (int64_t)sizeof(int64_t);

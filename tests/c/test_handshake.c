@@ -33,27 +33,11 @@
 
 #include <ddstore/ddstore.h>
 
+#include "check.h"
+
 extern char **environ;
 
 static int rank = -1, size;
-static int checks;
-static int is_reader;
-
-#define CHECK(cond, ...)                                                                    \
-    do {                                                                                    \
-        checks++;                                                                           \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s %d: %s:%d: check failed: %s: ", is_reader ? "reader" : "rank", \
-                    is_reader ? (int)getpid() : rank, __FILE__, __LINE__, #cond);           \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fprintf(stderr, " [last error: %s]\n", dds_last_error());                       \
-            if (is_reader)                                                                  \
-                exit(1);                                                                    \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                   \
-        }                                                                                   \
-    } while (0)
-
-#define OK(call) CHECK((call) == DDS_OK, "%s", #call)
 
 static double now(void)
 {
@@ -121,7 +105,7 @@ static void check_var(dds_store *s, const char *name, int k, int64_t rb, int n_c
 
 static int reader_main(const char *dir, int n_core)
 {
-    is_reader = 1;
+    check_in_reader = 1;
     double t0 = now();
     dds_store *s = NULL;
     OK(dds_join(&s, dir, n_core, 60.0));
@@ -166,7 +150,7 @@ static int file_exists(const char *path)
  * address, so only the absence of a crash is checked. */
 static int dead_reader_main(const char *dir, int n_core)
 {
-    is_reader = 1;
+    check_in_reader = 1;
     dds_store *s = NULL;
     OK(dds_join(&s, dir, n_core, 60.0));
     char path[PATH_MAX];

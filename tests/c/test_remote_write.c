@@ -31,22 +31,11 @@
 
 #include <ddstore/ddstore.h>
 
+#include "check.h"
+
 extern char **environ;
 
 static int rank = -1, size;
-
-#define CHECK(cond, ...)                                                                    \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__, __LINE__, \
-                    #cond);                                                                 \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fprintf(stderr, " [last error: %s]\n", dds_last_error());                       \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                   \
-        }                                                                                   \
-    } while (0)
-
-#define OK(call) CHECK((call) == DDS_OK, "%s", #call)
 
 #define ROW_BYTES 24
 
