@@ -662,6 +662,14 @@ class PyDDStore:
 
     # -- variables
 
+    def _new_name(self, name):
+        """`name` encoded for the C library, for a variable about to be made
+        (add/init): raises when it is invalid or already in this store."""
+        bname = _encode_name(name)
+        if name in self._vars:
+            raise DDStoreValueError(f"variable {name!r} already exists in this store", DDS_EEXIST)
+        return bname
+
     def add(self, name, arr):
         """Add variable `name` from this rank's rows `arr` (collective over comm).
 
@@ -675,9 +683,7 @@ class PyDDStore:
         err = None
         agreed = None
         try:
-            bname = _encode_name(name)
-            if name in self._vars:
-                raise DDStoreValueError(f"variable {name!r} already exists in this store", DDS_EEXIST)
+            bname = self._new_name(name)
             a = _to_array(arr, "array", name, output=False)
             tag = dtype_tag(a.dtype)
             if tag is None:
@@ -715,9 +721,7 @@ class PyDDStore:
         err = None
         agreed = None
         try:
-            bname = _encode_name(name)
-            if name in self._vars:
-                raise DDStoreValueError(f"variable {name!r} already exists in this store", DDS_EEXIST)
+            bname = self._new_name(name)
             n = _index(nrows, "nrows")
             d = _index(disp, "disp")
             isz = _index(itemsize, "itemsize")
