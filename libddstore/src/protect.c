@@ -66,8 +66,6 @@ int dds_shard_protect(dds_store *s, dds_var *v, bool readonly)
 {
     if (s->method == 0)
         return DDS_OK;
-    if (!readonly && !v->readonly)
-        return DDS_OK;
     int prot = readonly ? PROT_READ : PROT_READ | PROT_WRITE;
     int rc = DDS_OK;
     for (int g = 0; g < s->group_size; g++) {
