@@ -119,6 +119,7 @@ for n in 1 2; do
       env DDSTORE_METHOD=0 DDSTORE_NODE_LOCAL=$nl mpiexec.mpich -n $n "$build/test_badinput"
   done
 done
+run "test_badinput known-bug marks" 600 bash tests/c/known-bug-marks.sh "$build/test_badinput" mpiexec.mpich
 if [ $has_fabric = 1 ]; then
   run "test_badinput method=2 fabric=shm np=2" 180 \
     env DDSTORE_METHOD=2 DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir" \

@@ -37,9 +37,6 @@ import pyddstore  # noqa: E402
 from pyddstore import DDStoreError, DDStoreTimeoutError  # noqa: E402
 
 needs_fabric = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
-_LIB = open(pyddstore.library_path, "rb").read()
-HAS_READ_DEADLINE = b"DDSTORE_READ_TIMEOUT_S" in _LIB
-HAS_SHM_PRECHECK = b"of shared memory for variable" in _LIB or b"bytes of shards on this node exceed" in _LIB
 
 CORE = os.path.join(HERE, "rel_core.py")
 READER = os.path.join(HERE, "rel_reader.py")
@@ -153,8 +150,6 @@ def test_core_rank_killed_readers_fail(tmp_path, jobs, prov, victim):
 
 
 @needs_fabric
-@pytest.mark.skipif(not HAS_READ_DEADLINE, reason="libddstore lacks the reader deadline "
-                    "(DDSTORE_READ_TIMEOUT_S); without it a reader waits forever here")
 def test_non_publisher_killed_publisher_alive_reader_times_out(tmp_path, jobs):
     # --enable-recovery keeps rank 0 (the publisher, whose lock marks the
     # publication live) running after rank 1 dies: only the deadline helps.
@@ -171,14 +166,17 @@ def test_non_publisher_killed_publisher_alive_reader_times_out(tmp_path, jobs):
 
 
 @needs_fabric
-@pytest.mark.parametrize("prov", [
-    pytest.param("shm", marks=pytest.mark.xfail(
-        strict=False, reason="libfabric shm: a reader SIGKILLed mid-read can wedge the core rank's shm "
-        "queue, and the other readers of that rank stall (about half the runs here); they fail after "
-        "DDSTORE_READ_TIMEOUT_S with the read-deadline fix, hang without it. Method 2 picks tcp "
-        "unless DDSTORE_FABRIC=shm")),
-    "tcp"])
-def test_reader_killed_mid_read_core_unaffected(tmp_path, jobs, prov):
+def test_reader_killed_mid_read_core_unaffected(tmp_path, jobs):
+    # tcp only. On libfabric 1.17's shm a reader SIGKILLed mid-read may die
+    # holding the spin lock of the core rank's shm region (smr_generic_rma
+    # holds it for the whole copy); the other shm readers of that rank then
+    # spin inside fi_read for ever, where no read deadline can reach them.
+    # That happens in about half the runs here (measured with
+    # DDSTORE_READ_TIMEOUT_S=5: the other reader was still stuck after 25 s),
+    # so an shm case could only pass or fail by chance: there is none.
+    # docs/clusters.rst tells users to prefer tcp, verbs or cxi when readers
+    # may be killed, and method 2 uses shm only when DDSTORE_FABRIC names it.
+    prov = "tcp"
     core = core_job(jobs, tmp_path, prov=prov)
     victim = reader_job(jobs, tmp_path, prov=prov)
     other = reader_job(jobs, tmp_path, seconds=4, prov=prov)
@@ -217,10 +215,7 @@ def test_stale_handshake_dir_detected_and_reused(tmp_path, jobs):
     assert core2.wait(60) == 0, core2.output()
 
 
-@pytest.mark.parametrize("node_local", [
-    0, pytest.param(1, marks=pytest.mark.skipif(
-        not HAS_SHM_PRECHECK, reason="libddstore lacks the node memory check: a huge node-local "
-        "init hangs in MPI_Win_allocate_shared"))])
+@pytest.mark.parametrize("node_local", [0, 1])
 def test_huge_init_is_clean_error(tmp_path, node_local):
     # 1 TiB per rank: more than this machine's memory and /dev/shm.
     p = subprocess.run(["timeout", "-k", "5", "60", "mpiexec", "-n", "2", PYTHON, "-m", "mpi4py", CORE, "huge",

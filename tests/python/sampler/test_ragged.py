@@ -4,7 +4,6 @@ Runs on every rank of the job (1, 2, 4 ranks): the store is over
 MPI.COMM_WORLD, every rank makes the same collective calls in the same order
 and checks every sample.
 """
-import inspect
 
 import numpy as np
 import pytest
@@ -51,16 +50,9 @@ def same(a, b):
             and a.tobytes() == b.tobytes())
 
 
-def _store_or_skip():
-    try:
-        from pyddstore import PyDDStore
-    except (ImportError, OSError) as e:  # the same on every rank
-        pytest.skip(f"pyddstore's library is not available: {e}")
-    return PyDDStore
-
-
 def test_ragged_fields_on_a_store_round_trip_and_count_calls():
-    PyDDStore = _store_or_skip()
+    from pyddstore import PyDDStore
+
     comm = MPI.COMM_WORLD
     store = PyDDStore(comm)
     try:
@@ -124,16 +116,9 @@ def test_collate():
     assert isinstance(tokens, np.ndarray) and tlen.tolist() == [len(s["tokens"]) for s in samples]
 
 
-def _dist_dataset_or_skip():
-    _store_or_skip()
-    from pyddstore.torch import DistDataset
-    if "ragged" not in inspect.signature(DistDataset).parameters:
-        pytest.skip("DistDataset has no ragged= option yet (hook in dataset.py not applied)")
-    return DistDataset
-
-
 def test_dist_dataset_graphs_bit_exact_with_bounded_calls():
-    DistDataset = _dist_dataset_or_skip()
+    from pyddstore.torch import DistDataset
+
     from pyddstore.torch import ThreadDataLoader
     from pyddstore.torch.sampler import ElasticSampler
 

@@ -211,18 +211,9 @@ def _launch(tmp, name, replicas, extra, env):
             "seen": dict(seen), "batch_sizes": sorted(batch_sizes)}
 
 
-def _store_available():
-    """DistDataset + ThreadDataLoader importable (libddstore found)?"""
-    try:
-        from pyddstore.torch import DistDataset, ThreadDataLoader  # noqa: F401
-    except (ImportError, OSError):
-        return False
-    return True
-
-
 def _kill_and_resume(tmp):
     env = _child_env()
-    store = ["--store"] if _store_available() else []
+    store = ["--store"]
     first = _launch(tmp, "run1", 2, ["--stop-after", "3", "--kill"] + store, env)
     second = _launch(tmp, "run2", 1, ["--state-in", os.path.join(tmp, "run1.json"),
                                       "--stop-after", "2"] + store, env)
@@ -242,8 +233,7 @@ def _wait(request, what, seconds=400):
 def test_kill_and_resume_under_mpiexec(tmp_path_factory):
     """Kill a 2-rank job after 3 checkpointed steps, resume on 1 rank for 2 steps, finish on 4.
 
-    The jobs read a DistDataset through a ThreadDataLoader when pyddstore's
-    library is available, else a plain DataLoader over the same samples.
+    The jobs read a DistDataset through a ThreadDataLoader.
     """
     comm = MPI.COMM_WORLD
     if comm.rank == 0:
@@ -277,8 +267,6 @@ def test_kill_and_resume_under_mpiexec(tmp_path_factory):
 
 
 def test_reused_buffers_must_hold_the_local_batch():
-    if not _store_available():
-        pytest.skip("pyddstore's library is not available")
     from pyddstore.torch import DistDataset, ThreadDataLoader
     # One store per rank (COMM_SELF): the same check on every rank, no collective between them.
     ds = DistDataset([torch.tensor(float(i)) for i in range(12)], "reuse_check", comm=MPI.COMM_SELF)
