@@ -10,13 +10,18 @@ source ci/env.sh
 export PATH="$root/.venv/bin:$PATH"
 
 failures=0
+summary=()
 run() { # run <label> <timeout-seconds> <command...>
   local label=$1 t=$2; shift 2
+  local t0=$SECONDS verdict=ok
   echo "=== $label"
   if ! timeout -k 10 "$t" "$@"; then
     echo "FAILED: $label"
     failures=$((failures + 1))
+    verdict=FAILED
   fi
+  # Per-step wall time, so that the suite's 30-minute budget can be kept.
+  summary+=("$(printf '%6d s  %-6s %s' $((SECONDS - t0)) "$verdict" "$label")")
 }
 
 echo "=== building libddstore and the C tests"
@@ -71,6 +76,8 @@ for step in ci/docs.sh ci/packaging.sh ci/abi-check.sh; do
   if [ -f "$step" ]; then run "$step" 900 bash "$step"; fi
 done
 
+echo "=== summary ($SECONDS s in all)"
+printf '%s\n' "${summary[@]}"
 if [ "$failures" -ne 0 ]; then
   echo "$failures test run(s) failed"
   exit 1
