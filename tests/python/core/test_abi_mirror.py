@@ -1,0 +1,119 @@
+"""The Python binding's copy of the C ABI agrees with ddstore.h.
+
+pyddstore mirrors parts of the header by hand (error codes, dtype tags, the
+ctypes structs, NAME_MAX, the ABI major, every function's prototype), and so
+do the meson files (the soname's major) and abi/ddstore-constants.txt (the
+ABI record). Each check here parses the real header of this checkout, so a
+change on one side that is not made on the other fails the suite instead of
+corrupting memory at run time. No MPI: every rank checks the same files.
+"""
+import ctypes
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import pyddstore
+from pyddstore import _errors, _lib, _store
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+HEADER = ROOT / "libddstore" / "include" / "ddstore" / "ddstore.h"
+
+
+def _header_text():
+    if not HEADER.is_file():
+        pytest.fail(f"{HEADER} not found: run the suite from a checkout")
+    # Comments out, so that names in prose are not taken for declarations.
+    text = HEADER.read_text()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+TEXT = _header_text()
+CONSTANTS = {m[1]: int(m[2]) for m in re.finditer(r"\b(DDS_[A-Z0-9_]+)\s*=\s*(-?\d+)", TEXT)}
+DEFINES = {m[1]: int(m[2]) for m in re.finditer(r"#define\s+(DDS_[A-Z0-9_]+)\s+(-?\d+)\b", TEXT)}
+
+
+def test_header_parsed():
+    # Guards the parser itself: a header reshuffle must not make the checks vacuous.
+    assert CONSTANTS["DDS_EINVAL"] == -1 and CONSTANTS["DDS_DTYPE_FLOAT32"] > 0
+    assert "DDS_ABI_MAJOR" in DEFINES and "DDS_NAME_MAX" in DEFINES
+
+
+def test_constants_record_matches_header():
+    record = {}
+    for line in (ROOT / "abi" / "ddstore-constants.txt").read_text().split():
+        name, value = line.split("=")
+        record[name] = int(value)
+    want = {**CONSTANTS, **{k: v for k, v in DEFINES.items() if k != "DDS_ABI_MAJOR"}}
+    assert record == want, "abi/ddstore-constants.txt is stale: bash ci/abi-check.sh --update"
+
+
+def test_error_codes():
+    codes = {k: v for k, v in CONSTANTS.items() if re.fullmatch(r"DDS_E[A-Z]+", k)}
+    mirrored = {k: getattr(_errors, k) for k in dir(_errors) if re.fullmatch(r"DDS_E[A-Z]+", k)}
+    assert mirrored == codes
+    for name, value in codes.items():
+        assert _errors.CODE_NAMES[value] == name
+
+
+def test_dtype_tags():
+    tags = {k[len("DDS_DTYPE_"):].lower(): v for k, v in CONSTANTS.items() if k.startswith("DDS_DTYPE_")}
+    assert _store._TAG_BFLOAT16 == tags["bfloat16"]
+    for tag, dt in _store._DTYPE_OF_TAG.items():
+        assert tags[dt.name] == tag, dt.name
+        assert _store.dtype_tag(dt) == tag
+    for name in pyddstore.SUPPORTED_DTYPES:
+        assert _store.dtype_tag(np.dtype(name)) == tags[name]
+
+
+def test_abi_major_and_name_max():
+    major = DEFINES["DDS_ABI_MAJOR"]
+    assert _lib.ABI_VERSION == major == pyddstore.ABI_VERSION
+    assert _lib.NAME_MAX == DEFINES["DDS_NAME_MAX"]
+    for meson in ("libddstore/meson.build", "pyddstore-core/meson.build"):
+        m = re.search(r"^abi_major\s*=\s*'(\d+)'", (ROOT / meson).read_text(), re.M)
+        assert m and int(m[1]) == major, f"abi_major in {meson}"
+    assert _lib.lib.dds_abi_version() == major
+
+
+_CTYPE_OF = {
+    "uint32_t": ctypes.c_uint32, "int32_t": ctypes.c_int32, "uint64_t": ctypes.c_uint64,
+    "int64_t": ctypes.c_int64, "double": ctypes.c_double, "int": ctypes.c_int,
+    "const char *": ctypes.c_char_p, "size_t": ctypes.c_size_t,
+}
+
+
+def _struct_members(name):
+    m = re.search(r"typedef\s+struct\s+%s\s*\{(.*?)\}\s*%s\s*;" % (name, name), TEXT, re.S)
+    assert m, f"struct {name} not in the header"
+    members = []
+    for decl in m[1].split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        d = re.fullmatch(r"(.+?)\s*(\*?)\s*(\w+)", decl)
+        ctype = d[1] + (" *" if d[2] else "")
+        members.append((d[3], ctype))
+    return members
+
+
+@pytest.mark.parametrize("cname,pyclass", [
+    ("dds_options", _lib.Options), ("dds_store_info", _lib.StoreInfo),
+    ("dds_var_info", _lib.VarInfoC), ("dds_stats_info", _lib.StatsInfo)])
+def test_structs(cname, pyclass):
+    members = _struct_members(cname)
+    assert [f[0] for f in pyclass._fields_] == [m[0] for m in members]
+    for (fname, ftype), (_, ctype) in zip(pyclass._fields_, members):
+        assert ftype is _CTYPE_OF[ctype], f"{cname}.{fname}: {ctype} vs {ftype.__name__}"
+
+
+def test_prototypes():
+    decls = {}
+    for m in re.finditer(r"DDS_API\s+([^;{]*?)\b(dds_\w+)\s*\(([^)]*)\)\s*;", TEXT):
+        params = [p for p in m[3].split(",") if p.strip() not in ("", "void")]
+        decls[m[2]] = len(params)
+    assert decls, "no DDS_API declarations found"
+    mirrored = {name: len(argtypes) for name, (_, argtypes) in _lib._PROTOTYPES.items()}
+    assert mirrored == decls
