@@ -1,4 +1,4 @@
-"""User-facing polish: loading progress bar, read counters (stats, to_tensorboard), logging with
+"""Loading progress bar, read counters (stats, to_tensorboard), logging with
 the rank, and the single version number. Run under mpiexec (every rank)."""
 import io
 import logging
