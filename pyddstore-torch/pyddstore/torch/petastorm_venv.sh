@@ -7,7 +7,9 @@
 # one environment. Only comparisons with Petastorm (pyddstore-throughput --vs petastorm,
 # bench/petastorm_*.py) need it; nothing in the package imports Petastorm.
 #
-# Usage: ci/petastorm-venv.sh [VENV_DIR]
+# Shipped in pyddstore-torch as package data, so an installed package can run it:
+#   python -m pyddstore.torch.petastorm_env [VENV_DIR]   (what pyddstore-throughput runs)
+#   ci/petastorm-venv.sh [VENV_DIR]                       (the same, from a checkout)
 #   VENV_DIR defaults to $PYDDSTORE_PETASTORM_VENV, else ${XDG_CACHE_HOME:-$HOME/.cache}/pyddstore/petastorm-venv.
 #   Prints the environment's python path on its last line (progress goes to stderr). Idempotent:
 #   an environment that already imports petastorm with these pins is reused as it is.
@@ -25,6 +27,14 @@ if [[ -x "$py" && -f "$stamp" && "$(cat "$stamp")" == "$pins" ]] \
    && "$py" -c "import petastorm, petastorm.pytorch" >/dev/null 2>&1; then
   echo "$py"
   exit 0
+fi
+
+# Rebuild only what this script made (its stamp is there) or an empty folder: a folder that a
+# user made is not ours to delete.
+if [[ -e "$venv" && ! -f "$stamp" && -n "$(ls -A "$venv" 2>/dev/null)" ]]; then
+  echo "petastorm_venv.sh: $venv exists but was not made by this script (no .pyddstore-pins) and does" \
+       "not import petastorm 0.13.1's pins; remove it or choose another folder" >&2
+  exit 1
 fi
 
 {
