@@ -5,11 +5,12 @@ comparisons with it (``pyddstore-throughput --vs petastorm``) run it in a separa
 that environment is, in this order:
 
 1. ``--petastorm-python PY`` (the tool's option; :func:`find_python`'s ``explicit``): that
-   interpreter, as it is.
+   interpreter (checked to import petastorm).
 2. :envvar:`PYDDSTORE_PETASTORM_VENV`: the environment in that folder.
 3. ``${XDG_CACHE_HOME:-~/.cache}/pyddstore/petastorm-venv``.
 
-For 2 and 3: an environment that imports petastorm is used as it is; a folder that does not
+For 2 and 3: an environment made by the shipped script (its ``.pyddstore-pins`` stamp is
+there) or one that imports petastorm is used as it is; a folder that does not
 exist yet is created there (once: a few minutes and about 1 GB, with pip and network access)
 by the script shipped in this package, ``petastorm_venv.sh``; an existing folder that does not
 import petastorm is an error (it is never deleted). From a shell::
@@ -27,6 +28,7 @@ import sys
 __all__ = ["find_python", "create", "default_venv", "script_path", "PetastormEnvError"]
 
 _PROBE = "import petastorm, petastorm.pytorch"
+_STAMP = ".pyddstore-pins"  # written by petastorm_venv.sh once the environment works
 
 
 class PetastormEnvError(RuntimeError):
@@ -100,6 +102,8 @@ def find_python(explicit=None, *, create_missing=True, quiet=False):
     where = "PYDDSTORE_PETASTORM_VENV" if os.environ.get("PYDDSTORE_PETASTORM_VENV") else "the default"
     python = os.path.join(venv, "bin", "python")
     if os.path.exists(venv) and (not os.path.isdir(venv) or os.listdir(venv)):
+        if os.path.isfile(os.path.join(venv, _STAMP)) and os.path.exists(python):
+            return python  # made and checked by the script (it writes the stamp last)
         ok, why = (_imports_petastorm(python) if os.path.exists(python)
                    else (False, "it has no bin/python"))
         if ok:
