@@ -77,11 +77,11 @@ def create(venv=None, *, quiet=False):
         raise PetastormEnvError(f"cannot run {script}: {e}") from None
     if res.returncode != 0:
         tail = (res.stderr or "").strip().splitlines()[-1:] if quiet else []
+        why = f": {tail[0]}" if tail else "; the script's messages above say why"
         raise PetastormEnvError(
-            f"creating Petastorm's environment in {venv} failed (exit status {res.returncode}"
-            f"{': ' + tail[0] if tail else ''}); it needs pip with network access: create it on a "
-            f"machine that has it (python -m pyddstore.torch.petastorm_env {venv}), or pass "
-            "--petastorm-python")
+            f"creating Petastorm's environment in {venv} failed (exit status {res.returncode}{why}). "
+            f"Creating it needs pip with network access (python -m pyddstore.torch.petastorm_env "
+            f"{venv}); or pass --petastorm-python")
     return res.stdout.strip().splitlines()[-1]
 
 
