@@ -476,10 +476,11 @@ def _total(rows):
 
 
 def _petastorm_kinds(src_is_petastorm):
+    # (worker kind, table title, name in the ratio line)
     if src_is_petastorm:
-        return (("rows", "petastorm make_reader + DataLoader"),)
-    return (("batched", "petastorm make_batch_reader + BatchedDataLoader"),
-            ("inmem", "petastorm make_batch_reader + InMemBatchedDataLoader"))
+        return (("rows", "petastorm make_reader + DataLoader", "make_reader + DataLoader"),)
+    return (("batched", "petastorm make_batch_reader + BatchedDataLoader", "BatchedDataLoader"),
+            ("inmem", "petastorm make_batch_reader + InMemBatchedDataLoader", "InMemBatchedDataLoader"))
 
 
 def main(argv=None, comm=None, out=None):
@@ -534,14 +535,14 @@ def main(argv=None, comm=None, out=None):
         if args.vs == "petastorm":
             n_rows = mine["rows"]
             kinds = _petastorm_kinds(mine["petastorm_dataset"])
-            for kind, title in kinds:
+            for kind, title, _ in kinds:
                 res = comm.gather(_run_petastorm(args, path, comm, kind, python, n_rows), root=0)
                 if rank == 0:
                     tot = _table(f"{title} (bytes/sample={res[0]['sample_bytes']})", res, out)
                     report[kind] = {"ranks": res, "total": tot}
             if rank == 0:
                 ours = report["pyddstore"]["total"]
-                for kind, title in kinds:
+                for kind, _, title in kinds:
                     theirs = report[kind]["total"]
                     ratios = {
                         "samples_s": ours["samples_s"] / theirs["samples_s"],
@@ -550,7 +551,7 @@ def main(argv=None, comm=None, out=None):
                         "cpu_s": ours["cpu_s"] / theirs["cpu_s"] if theirs["cpu_s"] else float("nan"),
                     }
                     report[kind]["ratio"] = ratios
-                    print(f"ratio pyddstore / {title}: samples/s x{ratios['samples_s']:.2f}, "
+                    print(f"ratio pyddstore / petastorm {title}: samples/s x{ratios['samples_s']:.2f}, "
                           f"time to first batch x{ratios['first_batch_s']:.2f}, peak RSS x{ratios['peak_rss_mb']:.2f}, "
                           f"CPU s x{ratios['cpu_s']:.2f} (totals over ranks; x>1: pyddstore's figure is higher)", file=out)
         if rank == 0:

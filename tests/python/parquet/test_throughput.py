@@ -178,3 +178,19 @@ def test_petastorm_environment_lookup_order(monkeypatch, workdir):
     # The explicit interpreter comes first, and is checked: this one has no petastorm.
     with pytest.raises(pe.PetastormEnvError, match="does not import petastorm .*ModuleNotFoundError"):
         pe.find_python(sys.executable)
+
+
+@pytest.mark.skipif(os.environ.get("PYDDSTORE_TEST_PETASTORM") != "1",
+                    reason="needs Petastorm's own environment: set PYDDSTORE_TEST_PETASTORM=1")
+def test_tool_vs_petastorm_decodes_images_and_arrays(mpi_comm, shared_data):
+    """On the dataset written by Petastorm, Petastorm's side reads through make_reader, which
+    decodes the PNG/JPEG/ndarray columns: both sides time the same decoded samples."""
+    path = _petastorm_codecs(shared_data)
+    out = io.StringIO()
+    report = throughput.main([path, "--dtypes", "cnd_i16=float32", "--vs", "petastorm"] +
+                             _small(mpi_comm.Get_size()), comm=mpi_comm, out=out)
+    if mpi_comm.Get_rank() == 0:
+        text = out.getvalue()
+        _check_table(text, "petastorm make_reader + DataLoader (bytes/sample=1136)", mpi_comm.Get_size())
+        assert re.search(r"ratio pyddstore / petastorm make_reader \+ DataLoader: samples/s x[0-9.]+", text), text
+        assert report["rows"]["ratio"]["samples_s"] > 0
