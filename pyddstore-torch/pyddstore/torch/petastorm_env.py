@@ -17,7 +17,7 @@ import petastorm is an error (it is never deleted). From a shell::
 
     python -m pyddstore.torch.petastorm_env [VENV_DIR]
 
-creates (or checks) the environment and prints its python. Standard library only, as
+finds or creates the environment (by the order above, or in VENV_DIR) and prints its python. Standard library only, as
 :mod:`pyddstore.torch.throughput` at module level.
 """
 
@@ -39,6 +39,22 @@ class PetastormEnvError(RuntimeError):
 def script_path():
     """Path of the shell script that creates the environment (package data of pyddstore-torch)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "petastorm_venv.sh")
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _script_pins():
+    """The pins line of the shipped script (what its stamp records)."""
+    for line in (_read(script_path()) or "").splitlines():
+        if line.startswith('pins="') and line.endswith('"'):
+            return line[len('pins="'):-1]
+    return None
 
 
 def default_venv():
@@ -102,8 +118,11 @@ def find_python(explicit=None, *, create_missing=True, quiet=False):
     where = "PYDDSTORE_PETASTORM_VENV" if os.environ.get("PYDDSTORE_PETASTORM_VENV") else "the default"
     python = os.path.join(venv, "bin", "python")
     if os.path.exists(venv) and (not os.path.isdir(venv) or os.listdir(venv)):
-        if os.path.isfile(os.path.join(venv, _STAMP)) and os.path.exists(python):
-            return python  # made and checked by the script (it writes the stamp last)
+        stamp = os.path.join(venv, _STAMP)
+        if os.path.isfile(stamp):  # made by the script, which writes the stamp once it works
+            if os.path.exists(python) and _read(stamp) == _script_pins():
+                return python
+            return create(venv, quiet=quiet)  # other pins: the script rebuilds what it made
         ok, why = (_imports_petastorm(python) if os.path.exists(python)
                    else (False, "it has no bin/python"))
         if ok:
@@ -118,8 +137,10 @@ def find_python(explicit=None, *, create_missing=True, quiet=False):
 
 
 def main(argv=None):
-    """``python -m pyddstore.torch.petastorm_env [VENV_DIR]``: create or check the environment
-    and print its python (last line of stdout). Exit status 1 with a one-line reason on failure."""
+    """``python -m pyddstore.torch.petastorm_env [VENV_DIR]``: print the python of the
+    environment (last line of stdout): without VENV_DIR the one :func:`find_python` finds
+    (created when missing), with it the one in VENV_DIR (created, or checked by the script).
+    Exit status 1 with a one-line reason on failure."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) > 1 or (argv and argv[0].startswith("-")):
         print("usage: python -m pyddstore.torch.petastorm_env [VENV_DIR]\n"
@@ -127,7 +148,7 @@ def main(argv=None):
               file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     try:
-        print(create(argv[0] if argv else None))
+        print(create(argv[0]) if argv else find_python())
     except PetastormEnvError as e:
         print(f"petastorm_env: {e}", file=sys.stderr)
         return 1

@@ -194,3 +194,20 @@ def test_tool_vs_petastorm_decodes_images_and_arrays(mpi_comm, shared_data):
         _check_table(text, "petastorm make_reader + DataLoader (bytes/sample=1136)", mpi_comm.Get_size())
         assert re.search(r"ratio pyddstore / petastorm make_reader \+ DataLoader: samples/s x[0-9.]+", text), text
         assert report["rows"]["ratio"]["samples_s"] > 0
+
+
+def test_petastorm_environment_made_by_the_script_is_used_as_it_is(monkeypatch, workdir):
+    """An environment with the script's stamp (its pins) is found without starting its python."""
+    import sys
+
+    from pyddstore.torch import petastorm_env as pe
+
+    venv = os.path.join(str(workdir), "stamped")
+    os.makedirs(os.path.join(venv, "bin"), exist_ok=True)
+    if not os.path.exists(os.path.join(venv, "bin", "python")):
+        os.symlink(sys.executable, os.path.join(venv, "bin", "python"))  # imports no petastorm
+    with open(os.path.join(venv, ".pyddstore-pins"), "w") as f:
+        f.write(pe._script_pins() + "\n")
+    assert "petastorm==0.13.1" in pe._script_pins()
+    monkeypatch.setenv("PYDDSTORE_PETASTORM_VENV", venv)
+    assert pe.find_python() == os.path.join(venv, "bin", "python")
