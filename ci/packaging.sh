@@ -148,6 +148,48 @@ pipq --no-deps "$work"/dist/pyddstore_core-*.whl
 check_core "$venv/" "wheel"
 pipq --no-deps "$work"/dist/pyddstore_torch-*.whl
 
+# pyddstore-throughput as a user of the wheels runs it, from a folder outside the checkout,
+# on the dataset written by the real Petastorm (shared/data), with and without --vs petastorm.
+# Petastorm's environment comes from the installed package's lookup (default
+# ~/.cache/pyddstore/petastorm-venv, created once by the shipped script, minutes; then reused).
+shared_data="${PYDDSTORE_SHARED_DATA:-$root/../shared/data}"
+[ -d "$shared_data/petastorm_codecs" ] || shared_data=/work/shared/data
+if [ -d "$shared_data/petastorm_codecs" ] && "$py" -c "import torch" >/dev/null 2>&1; then
+  step "4a'. pyddstore-throughput from the wheels on $shared_data/petastorm_codecs"
+  pipq pyarrow fsspec pillow
+  tp_dir=$(mktemp -d "${TMPDIR:-/tmp}/pyddstore-throughput-wheel.XXXXXX")
+  trap_rm+=("$tp_dir")
+  tp() { (cd "$tp_dir" && env -u PYDDSTORE_LIBRARY -u PYTHONPATH timeout -k 5 600 mpiexec -n 2 \
+            "$venv/bin/pyddstore-throughput" "$shared_data/petastorm_codecs" -m 1 -n 3 -b 8 "$@"); }
+  (cd "$tp_dir" && env -u PYTHONPATH "$py" -c "
+import os, sys, pyddstore.torch.throughput as t, pyddstore.torch.petastorm_env as pe
+assert t.__file__.startswith('$venv/'), t.__file__
+assert os.path.isfile(pe.script_path()), pe.script_path()
+print('pyddstore-throughput from', t.__file__)") || fail "pyddstore.torch.throughput is not the wheel's"
+  # Without --vs: a dtype the store does not hold ends the run with exit status 1 and one
+  # line from rank 0 that says which --dtypes to give, no traceback.
+  if tp --dtypes value_f64=complex64 > /dev/null 2> "$tp_dir/err.txt"; then fail "complex64 was accepted"; fi
+  tr '\r' '\n' < "$tp_dir/err.txt" | grep -c "^pyddstore-throughput: error: .*dtype complex64 is not supported.*--dtypes value_f64=" \
+    | grep -qx 1 || { cat "$tp_dir/err.txt"; fail "pyddstore-throughput: not one error line"; }
+  ! grep -q Traceback "$tp_dir/err.txt" || { cat "$tp_dir/err.txt"; fail "pyddstore-throughput printed a traceback"; }
+  # The default place (no PYDDSTORE_PETASTORM_VENV): created by the wheel's script, or reused.
+  t_env=$SECONDS
+  pet_py=$(env -u PYDDSTORE_PETASTORM_VENV "$py" -m pyddstore.torch.petastorm_env | tail -n 1) \
+    || fail "python -m pyddstore.torch.petastorm_env"
+  echo "Petastorm environment: $pet_py ($((SECONDS - t_env)) s)"
+  # --vs petastorm with the environment named by PYDDSTORE_PETASTORM_VENV: make_reader decodes the
+  # images and arrays, and both sides time the same samples (int16 cast to float32 on both).
+  PYDDSTORE_PETASTORM_VENV="$(dirname "$(dirname "$pet_py")")" tp --dtypes cnd_i16=float32 --vs petastorm \
+    > "$tp_dir/vs.txt" || { cat "$tp_dir/vs.txt"; fail "--vs petastorm"; }
+  grep -q "rows=48 bytes/sample=1136" "$tp_dir/vs.txt" \
+    && grep -q "^petastorm make_reader + DataLoader (bytes/sample=1136)" "$tp_dir/vs.txt" \
+    && grep -q "^ratio pyddstore / petastorm make_reader + DataLoader: samples/s x" "$tp_dir/vs.txt" \
+    || { cat "$tp_dir/vs.txt"; fail "--vs petastorm: no comparison of the same decoded samples"; }
+  sed -n '/^ratio/p' "$tp_dir/vs.txt"
+else
+  echo "packaging: shared/data/petastorm_codecs or torch not available: pyddstore-throughput from the wheels skipped"
+fi
+
 step "4b. pyddstore-core built against $prefix (-Duse_system_libddstore=true)"
 "$py" -m pip uninstall -q -y pyddstore-core pyddstore-torch
 bash packaging/scripts/build-pyddstore-core.sh "$py" "$prefix" -q > "$work/core-system.log" 2>&1 \

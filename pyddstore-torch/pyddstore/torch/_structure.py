@@ -135,10 +135,35 @@ def _where(index, key):
     return f"sample {index}" + ("" if key is None else f", field {key!r}")
 
 
+def _cast_hint(dtype):
+    """A supported dtype to cast an unsupported one to, or None (e.g. object, complex)."""
+    if isinstance(dtype, torch.dtype):
+        if dtype.is_complex:
+            return None
+        if dtype.is_floating_point:
+            return "float32"
+        kind, size = ("i" if dtype.is_signed else "u"), torch.empty((), dtype=dtype).element_size()
+    else:
+        dt = np.dtype(dtype)
+        kind, size = dt.kind, dt.itemsize
+        if kind == "f":
+            return "float32"
+    if kind in "iu":
+        return "int32" if size < 4 or (size == 4 and kind == "i") else "int64"
+    return None
+
+
 def _dtype_error(index, key, dtype):
+    # The simple fix first: a per-column cast at load (ParquetSource/PetastormSource dtypes=,
+    # the throughput tool's --dtypes); encode= is the general one.
+    name = key if isinstance(key, str) else "COLUMN"
+    to = _cast_hint(dtype)
+    cast = (f"dtypes={{{name!r}: {to!r}}} (pyddstore-throughput: --dtypes {name}={to})" if to else
+            f"dtypes={{{name!r}: DTYPE}} (pyddstore-throughput: --dtypes {name}=DTYPE)")
     return TypeError(
         f"{_where(index, key)}: dtype {dtype} is not supported; supported dtypes: {_SUPPORTED_TEXT}. "
-        "Convert the field (e.g. with encode=) before storing it.")
+        f"Convert the field before storing it: a ParquetSource/PetastormSource casts at load with "
+        f"{cast}; any source: encode=.")
 
 
 def leaf_spec(value, index, key):
@@ -167,7 +192,8 @@ def leaf_spec(value, index, key):
     raise TypeError(
         f"{_where(index, key)}: a value of type {type(value).__name__} cannot be stored; a field must be "
         "a torch.Tensor, a numpy.ndarray or a number (bool, int, float) of fixed shape and one of the "
-        f"dtypes {_SUPPORTED_TEXT}. Drop or convert it with encode=.")
+        f"dtypes {_SUPPORTED_TEXT}. Leave it out (ParquetSource/PetastormSource: columns=; "
+        "pyddstore-throughput: --columns) or convert it with encode=.")
 
 
 def _container_of(sample, index):

@@ -456,6 +456,17 @@ class _StoreDataset(torch.utils.data.Dataset):
         self.free()
         return False
 
+    def __reduce_ex__(self, protocol):
+        # A DataLoader with spawn or forkserver workers pickles its dataset to send it to
+        # them; without this, pickle fails deep inside with "cannot serialize
+        # 'mpi4py.MPI.Intracomm'". A copy in another process could not use the store anyway:
+        # the MPI communicators and the shards' memory belong to this process.
+        raise TypeError(
+            f"{type(self).__name__} {self._name!r} cannot be sent to another process (pickled): its "
+            "store lives in this MPI process. A DataLoader with spawn or forkserver workers "
+            "(multiprocessing_context=...) pickles its dataset; read in threads instead: "
+            "pyddstore.torch.ThreadDataLoader(..., num_workers=N), or DataLoader(..., num_workers=0)")
+
     def __repr__(self):
         state = "freed" if self._store is None else f"{self._len} samples"
         return f"{type(self).__name__}({self._name!r}, {state}, {self._structure.describe()})"

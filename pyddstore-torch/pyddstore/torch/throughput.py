@@ -16,14 +16,27 @@ first batch in hand, loading included), load time, peak RSS and CPU time/use.
 values as a list column, ``label``: int64) into a temporary directory (rank 0; the
 path must be visible to every rank) and removes it at the end.
 
+``--dtypes COLUMN=DTYPE ...`` casts columns at load, as ParquetSource's ``dtypes=``
+(e.g. ``--dtypes cnd_i16=float32`` where the store does not hold a column's dtype).
+
 ``--vs petastorm`` then runs Petastorm 0.13.1 on the same path and the same number
 of processes (one per rank, shard ``rank`` of ``size``), in Petastorm's own virtual
-environment (made by ``ci/petastorm-venv.sh``, or ``--petastorm-python``):
+environment, found as :mod:`pyddstore.torch.petastorm_env` says (``--petastorm-python``,
+then :envvar:`PYDDSTORE_PETASTORM_VENV`, then ``~/.cache/pyddstore/petastorm-venv``,
+created there on first use), with the same columns, batch size, warm-up and measured
+batches, and prints the ratios pyddstore / Petastorm. On plain Parquet:
 ``make_batch_reader`` + ``BatchedDataLoader`` (shuffling queue of 8 batches) and
-``make_batch_reader`` + ``InMemBatchedDataLoader`` (shuffled), with the same batch
-size, warm-up and measured batches, and prints the ratios pyddstore / Petastorm.
-Petastorm reads list columns only (it ignores fixed_size_list columns), which is
-why the synthetic data uses a list column.
+``make_batch_reader`` + ``InMemBatchedDataLoader`` (shuffled). Petastorm reads list
+columns only (it ignores fixed_size_list columns), which is why the synthetic data uses
+a list column; binary and string columns it cannot make tensors of, and the tool refuses
+them by name (leave them out with ``--columns``). On a dataset written by Petastorm (a
+Unischema: images, ndarrays): ``make_reader``, which decodes the codecs as pyddstore's
+source does, + ``petastorm.pytorch.DataLoader`` (shuffling queue of 8 batches), so both
+sides time the same decoded samples.
+
+Errors (a bad argument, a missing path, a dtype the store does not hold, Petastorm
+failing) end the run on every rank with a one-line message from rank 0 and exit status 1
+(``--traceback`` shows the traceback instead).
 
 This file imports only the standard library at module level: Petastorm's
 environment runs it as a script (``--petastorm-worker``) without pyddstore.
@@ -40,9 +53,59 @@ import sys
 import tempfile
 import time
 
-__all__ = ["main", "cli", "write_synthetic"]
+__all__ = ["main", "cli", "write_synthetic", "ThroughputError"]
 
 _MB = 1e6
+
+
+class ThroughputError(RuntimeError):
+    """A run that cannot go on, raised by main() on every rank alike.
+
+    ``messages``: the distinct error lines and the ranks that had each, as
+    ``[(message, [ranks])]``; ``str()`` is one line per distinct message."""
+
+    def __init__(self, messages):
+        self.messages = messages
+        super().__init__("; ".join(f"rank {','.join(map(str, r))}: {m}" if r else m for m, r in messages))
+
+
+def _one_line(e):
+    text = " ".join(str(e).split())
+    return text if isinstance(e, (ThroughputError, SystemExit)) else f"{type(e).__name__}: {text}"
+
+
+def _agree(comm, err):
+    """Collective: raise ThroughputError on every rank when any rank has an error (err: None,
+    a message or an exception), so that no rank goes on into a collective the others left."""
+    errs = comm.allgather(None if err is None else _one_line(err) if isinstance(err, BaseException) else err)
+    if any(errs):
+        seen = {}
+        for r, m in enumerate(errs):
+            if m:
+                seen.setdefault(m, []).append(r)
+        messages = [(m, rs if len(rs) < len(errs) else []) for m, rs in seen.items()]
+        raise ThroughputError(messages)
+
+
+def _launcher_rank():
+    # The rank the launcher gave this process, known before MPI starts: argument errors are
+    # printed once (rank 0) although every rank parses the same arguments.
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        if _launcher_rank() == 0:
+            self.print_usage(sys.stderr)
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    def print_help(self, file=None):
+        if _launcher_rank() == 0:
+            super().print_help(file)
 
 
 def _cpu_seconds():
@@ -64,7 +127,7 @@ def _peak_rss_mb():
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="pyddstore-throughput",
         description="Samples/s and MB/s of a Parquet dataset loaded into the distributed store (run under "
                     "mpiexec), optionally against Petastorm on the same data.")
@@ -79,16 +142,35 @@ def _parse(argv):
     p.add_argument("-b", "--batch-size", type=int, default=256, help="samples per batch (default 256)")
     p.add_argument("-w", "--workers", type=int, default=2, help="loader threads per rank (default 2)")
     p.add_argument("--columns", nargs="+", help="columns to load (names or regexes; default all)")
+    p.add_argument("--dtypes", nargs="+", metavar="COLUMN=DTYPE", default=[],
+                   help="cast columns at load, as ParquetSource's dtypes= (e.g. --dtypes img=float32 "
+                        "label=int64)")
     p.add_argument("--chunk-size", type=int, help="rows per load step (default: about 1/20 of a share)")
     p.add_argument("--no-shuffle", action="store_true", help="read in order instead of shuffled")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vs", choices=["petastorm"], help="also run Petastorm on the same data and print ratios")
-    p.add_argument("--petastorm-python", help="python of Petastorm's environment (default: ci/petastorm-venv.sh's)")
+    p.add_argument("--petastorm-python",
+                   help="python of Petastorm's environment (default: $PYDDSTORE_PETASTORM_VENV, else "
+                        "~/.cache/pyddstore/petastorm-venv, created there on first use)")
     p.add_argument("--json", metavar="FILE", help="also write all figures as JSON (rank 0)")
-    p.add_argument("--petastorm-worker", choices=["batched", "inmem"], help=argparse.SUPPRESS)
+    p.add_argument("--traceback", action="store_true", help="on an error, show the traceback (every rank)")
+    p.add_argument("--petastorm-worker", choices=["batched", "inmem", "rows"], help=argparse.SUPPRESS)
     p.add_argument("--shard", type=int, nargs=2, metavar=("INDEX", "COUNT"), help=argparse.SUPPRESS)
     p.add_argument("--rows-capacity", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    dtypes = {}
+    for item in args.dtypes:
+        col, eq, name = item.partition("=")
+        if not eq or not col or not name:
+            p.error(f"--dtypes {item!r}: give COLUMN=DTYPE, e.g. cnd_i16=float32")
+        try:
+            import numpy as np
+            if name != "bfloat16":  # a torch dtype numpy lacks; the source says if it takes it
+                np.dtype(name)
+        except TypeError:
+            p.error(f"--dtypes {item!r}: {name!r} is not a numpy dtype (e.g. float32, int64, uint8)")
+        dtypes[col] = name
+    args.dtypes = dtypes
     if args.petastorm_worker:
         return args
     if (args.path is None) == (args.synthetic is None):
@@ -151,7 +233,7 @@ def _sample_bytes(source):
                    for dt, shape in source.field_info().values()))
 
 
-def _run_pyddstore(args, path, comm):
+def _run_pyddstore(args, path, comm, vs_petastorm=False):
     import torch
     from torch.utils.data.distributed import DistributedSampler
 
@@ -163,8 +245,19 @@ def _run_pyddstore(args, path, comm):
     comm.Barrier()
     t0 = time.perf_counter()
     cpu0 = _cpu_seconds()
-    src = ParquetSource(path, columns=args.columns)
+    src = err = None
+    try:
+        src = ParquetSource(path, columns=args.columns, dtypes=args.dtypes or None)
+        if vs_petastorm:
+            _check_petastorm_columns(src)
+    except Exception as e:  # noqa: BLE001 - agreed below, then raised on every rank
+        err = e
+    _agree(comm, err)
     n = len(src)
+    per_rank = n // size
+    if per_rank // args.batch_size < 1:
+        raise ThroughputError([(f"{n} rows over {size} ranks is less than one batch of {args.batch_size} "
+                                "per rank; use a smaller -b", [])])
     share = n * (rank + 1) // size - n * rank // size
     chunk = args.chunk_size or max(256, math.ceil(max(share, 1) / 20))
     bar = None
@@ -175,17 +268,19 @@ def _run_pyddstore(args, path, comm):
                        mininterval=0.5, leave=False)
         except ImportError:  # the bar is a nicety; the figures do not need it
             bar = None
-    ds = DistDataset(_Progress(src, bar), "throughput", comm=comm, chunk_size=chunk)
-    if bar is not None:
-        bar.close()
+    ds = None
+    try:
+        # DistDataset agrees on its errors itself (every rank raises); agreeing once more
+        # here turns them into one message.
+        ds = DistDataset(_Progress(src, bar), "throughput", comm=comm, chunk_size=chunk)
+    except Exception as e:  # noqa: BLE001
+        err = e
+    finally:
+        if bar is not None:
+            bar.close()
+    _agree(comm, err)
     load_s = time.perf_counter() - t0
     sample_bytes = _sample_bytes(src)
-    per_rank = n // size
-    batches_per_epoch = per_rank // args.batch_size
-    if batches_per_epoch < 1:
-        ds.free()
-        raise SystemExit(f"pyddstore-throughput: {n} rows over {size} ranks is less than one batch of "
-                         f"{args.batch_size} per rank; use a smaller -b")
     sampler = DistributedSampler(ds, num_replicas=size, rank=rank, shuffle=not args.no_shuffle,
                                  seed=args.seed, drop_last=True)
     loader = ThreadDataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
@@ -222,12 +317,35 @@ def _run_pyddstore(args, path, comm):
         ds.free()
     samples = args.measure * args.batch_size
     return {
-        "rank": rank, "rows": n, "sample_bytes": sample_bytes,
+        "rank": rank, "rows": n, "sample_bytes": sample_bytes, "petastorm_dataset": src.petastorm_fields is not None,
         "samples_s": samples / wall, "mb_s": samples * sample_bytes / wall / _MB,
         "first_batch_s": first_batch_s, "load_s": load_s,
         "peak_rss_mb": _peak_rss_mb(), "cpu_s": _cpu_seconds() - cpu0,
         "cpu_pct": 100.0 * cpu / wall if wall > 0 else 0.0,
     }
+
+
+def _check_petastorm_columns(src):
+    """Refuse, naming them, the columns Petastorm's side of the comparison cannot give as
+    tensors: binary/string columns of plain Parquet (make_batch_reader does not decode them;
+    in a dataset written by Petastorm, make_reader decodes its codecs and all columns work)."""
+    if src.petastorm_fields is not None:
+        return
+    import pyarrow as pa
+
+    bad = []
+    for c in src.columns:
+        t = src._schema.field(c).type
+        while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            t = t.value_type
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
+                or pa.types.is_string(t) or pa.types.is_large_string(t):
+            bad.append(f"{c} ({src._schema.field(c).type})")
+    if bad:
+        raise ValueError(f"--vs petastorm: Petastorm's make_batch_reader cannot make tensors of the binary/string "
+                         f"columns {', '.join(bad)} of this plain Parquet dataset (only make_reader decodes "
+                         "encoded images and arrays, for datasets written by Petastorm); leave them out with "
+                         "--columns")
 
 
 def _petastorm_worker(args):
@@ -236,8 +354,8 @@ def _petastorm_worker(args):
 
     warnings.filterwarnings("ignore")
     import torch
-    from petastorm import make_batch_reader
-    from petastorm.pytorch import BatchedDataLoader, InMemBatchedDataLoader
+    from petastorm import make_batch_reader, make_reader
+    from petastorm.pytorch import BatchedDataLoader, DataLoader, InMemBatchedDataLoader
 
     url = args.path if "://" in args.path else "file://" + os.path.abspath(args.path)
     shard, count = args.shard
@@ -246,19 +364,27 @@ def _petastorm_worker(args):
     common = dict(schema_fields=args.columns, cur_shard=shard, shard_count=count, seed=args.seed,
                   workers_count=args.workers, reader_pool_type="thread", shuffle_row_groups=not args.no_shuffle)
     want = args.warmup + args.measure
-    if args.petastorm_worker == "batched":
+    queue = 0 if args.no_shuffle else 8 * args.batch_size
+    if args.petastorm_worker == "rows":  # a dataset written by Petastorm: make_reader decodes its codecs
+        reader = make_reader(url, num_epochs=None, **common)
+        loader = DataLoader(reader, batch_size=args.batch_size, shuffling_queue_capacity=queue)
+    elif args.petastorm_worker == "batched":
         reader = make_batch_reader(url, num_epochs=None, **common)
-        loader = BatchedDataLoader(reader, batch_size=args.batch_size,
-                                   shuffling_queue_capacity=0 if args.no_shuffle else 8 * args.batch_size)
+        loader = BatchedDataLoader(reader, batch_size=args.batch_size, shuffling_queue_capacity=queue)
     else:
         reader = make_batch_reader(url, num_epochs=1, **common)
         loader = InMemBatchedDataLoader(reader, batch_size=args.batch_size, num_epochs=10**6, seed=args.seed,
                                         rows_capacity=args.rows_capacity, shuffle=not args.no_shuffle)
+    # --dtypes: the same casts as pyddstore's source, so both sides time the same samples.
+    casts = {k: getattr(torch, v) for k, v in args.dtypes.items()}
     got = 0
     first = t_meas = cpu_meas = None
     sample_bytes = 0
     try:
         for batch in loader:
+            for k, dt in casts.items():
+                if k in batch and isinstance(batch[k], torch.Tensor) and batch[k].dtype != dt:
+                    batch[k] = batch[k].to(dt)
             nrows = len(next(iter(batch.values())))
             if nrows < args.batch_size:  # Petastorm's last batch of an epoch may be short: skip it
                 continue
@@ -275,7 +401,7 @@ def _petastorm_worker(args):
             if got >= want:
                 break
     finally:
-        if args.petastorm_worker == "batched":
+        if args.petastorm_worker in ("batched", "rows"):
             reader.stop()
             reader.join()
     if got < want:
@@ -286,21 +412,10 @@ def _petastorm_worker(args):
     samples = args.measure * args.batch_size
     print(json.dumps({
         "samples_s": samples / wall, "mb_s": samples * sample_bytes / wall / _MB, "first_batch_s": first,
+        "sample_bytes": sample_bytes,
         "peak_rss_mb": _peak_rss_mb(), "cpu_s": _cpu_seconds() - cpu0,
         "cpu_pct": 100.0 * (_cpu_seconds() - cpu_meas) / wall,
     }))
-
-
-def _petastorm_python(args):
-    if args.petastorm_python:
-        return args.petastorm_python
-    here = os.path.dirname(os.path.abspath(__file__))
-    script = os.path.normpath(os.path.join(here, "..", "..", "..", "ci", "petastorm-venv.sh"))
-    if not os.path.exists(script):
-        raise SystemExit("--vs petastorm needs Petastorm's environment: create it with ci/petastorm-venv.sh "
-                         "from the pyddstore repository and pass --petastorm-python VENV/bin/python")
-    out = subprocess.run(["bash", script], check=True, stdout=subprocess.PIPE, text=True)
-    return out.stdout.strip().splitlines()[-1]
 
 
 def _run_petastorm(args, path, comm, kind, python, rows):
@@ -314,20 +429,24 @@ def _run_petastorm(args, path, comm, kind, python, rows):
         cmd += ["--columns"] + list(args.columns)
     if args.no_shuffle:
         cmd.append("--no-shuffle")
+    if args.dtypes:
+        cmd += ["--dtypes"] + [f"{k}={v}" for k, v in args.dtypes.items()]
     # Petastorm runs without MPI: keep Open MPI's per-process variables away from it.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
     comm.Barrier()  # all shards start together, as DDP processes would
-    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    err = None
-    out = None
-    if res.returncode != 0:
-        err = f"rank {rank}: petastorm {kind} failed ({res.returncode}): {res.stderr.strip()[-2000:]}"
-    else:
-        out = json.loads(res.stdout.strip().splitlines()[-1])
-        out["rank"] = rank
-    errs = [e for e in comm.allgather(err) if e]
-    if errs:
-        raise SystemExit("\n".join(errs))
+    err = out = None
+    try:
+        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        if res.returncode != 0:
+            lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+            why = res.stderr.strip()[-4000:] if args.traceback else (lines[-1].strip() if lines else "")
+            err = f"petastorm ({kind} loader) failed, exit status {res.returncode}: {why}"
+        else:
+            out = json.loads(res.stdout.strip().splitlines()[-1])
+            out["rank"] = rank
+    except (OSError, ValueError, IndexError) as e:
+        err = f"petastorm ({kind} loader) did not run: {_one_line(e)}"
+    _agree(comm, err)
     return out
 
 
@@ -357,10 +476,19 @@ def _total(rows):
     return tot
 
 
+def _petastorm_kinds(src_is_petastorm):
+    # (worker kind, table title, name in the ratio line)
+    if src_is_petastorm:
+        return (("rows", "petastorm make_reader + DataLoader", "make_reader + DataLoader"),)
+    return (("batched", "petastorm make_batch_reader + BatchedDataLoader", "BatchedDataLoader"),
+            ("inmem", "petastorm make_batch_reader + InMemBatchedDataLoader", "InMemBatchedDataLoader"))
+
+
 def main(argv=None, comm=None, out=None):
     """Entry point of ``pyddstore-throughput`` (see the module doc). ``comm``: the MPI
     communicator (default COMM_WORLD); ``out``: where rank 0 prints (default stdout).
-    Returns the figures on rank 0 (a dict), None elsewhere."""
+    Returns the figures on rank 0 (a dict), None elsewhere. Collective; a run that cannot go
+    on raises ThroughputError on every rank (cli() prints it as one line)."""
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.petastorm_worker:
         _petastorm_worker(args)
@@ -374,25 +502,29 @@ def main(argv=None, comm=None, out=None):
     tmpdir = None
     path = args.path
     try:
-        if args.synthetic is not None:
-            if rank == 0:
+        err = None
+        if args.synthetic is not None and rank == 0:
+            try:
                 tmpdir = args.synthetic_dir or tempfile.mkdtemp(prefix="pyddstore-throughput-")
                 path = os.path.join(tmpdir, "synthetic.parquet")
                 write_synthetic(path, args.synthetic, features=args.features,
                                 row_group_rows=args.row_group_rows, seed=args.seed)
-            path = comm.bcast(path, root=0)
+            except Exception as e:  # noqa: BLE001 - agreed below
+                err = f"cannot write the synthetic dataset: {_one_line(e)}"
+        path = comm.bcast(path, root=0)
+        _agree(comm, err)
+        mine = _run_pyddstore(args, path, comm, vs_petastorm=args.vs == "petastorm")
         python = None
-        err = None
         if args.vs == "petastorm" and rank == 0:
+            # After pyddstore's run: columns Petastorm cannot read are refused before this,
+            # and creating the environment (first use) takes minutes.
+            from .petastorm_env import PetastormEnvError, find_python
             try:
-                python = _petastorm_python(args)
-            except (SystemExit, subprocess.CalledProcessError, OSError) as e:
-                err = f"cannot set up Petastorm's environment: {e}"
-        err, python = comm.bcast((err, python), root=0)
-        if err:
-            raise SystemExit(err)
-
-        mine = _run_pyddstore(args, path, comm)
+                python = find_python(args.petastorm_python)
+            except PetastormEnvError as e:
+                err = _one_line(e)
+        python = comm.bcast(python, root=0)
+        _agree(comm, err)
         rows = comm.gather(mine, root=0)
         report = None
         if rank == 0:
@@ -403,15 +535,15 @@ def main(argv=None, comm=None, out=None):
                                                                   rows, out)}}
         if args.vs == "petastorm":
             n_rows = mine["rows"]
-            for kind, title in (("batched", "petastorm make_batch_reader + BatchedDataLoader"),
-                                ("inmem", "petastorm make_batch_reader + InMemBatchedDataLoader")):
+            kinds = _petastorm_kinds(mine["petastorm_dataset"])
+            for kind, title, _ in kinds:
                 res = comm.gather(_run_petastorm(args, path, comm, kind, python, n_rows), root=0)
                 if rank == 0:
-                    tot = _table(title, res, out)
+                    tot = _table(f"{title} (bytes/sample={res[0]['sample_bytes']})", res, out)
                     report[kind] = {"ranks": res, "total": tot}
             if rank == 0:
                 ours = report["pyddstore"]["total"]
-                for kind, title in (("batched", "BatchedDataLoader"), ("inmem", "InMemBatchedDataLoader")):
+                for kind, _, title in kinds:
                     theirs = report[kind]["total"]
                     ratios = {
                         "samples_s": ours["samples_s"] / theirs["samples_s"],
@@ -435,8 +567,32 @@ def main(argv=None, comm=None, out=None):
 
 
 def cli():
-    """Console-script entry point (``pyddstore-throughput``): runs main(), exit status 0."""
-    main()
+    """Console-script entry point (``pyddstore-throughput``): runs main(); returns the exit
+    status: 0, 1 after an error (one line on stderr from rank 0, the same status on every rank;
+    an error that only one rank saw outside an agreement point aborts the MPI job, so that no
+    rank is left waiting), 2 for bad arguments."""
+    traceback_wanted = "--traceback" in sys.argv[1:]
+    try:
+        main()
+    except ThroughputError as e:
+        if traceback_wanted:
+            raise
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(f"pyddstore-throughput: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 - one rank only: the others may wait in a collective
+        if traceback_wanted:
+            import traceback
+            traceback.print_exc()
+        from mpi4py import MPI
+        world = MPI.COMM_WORLD
+        print(f"pyddstore-throughput: error on rank {world.Get_rank()}: {_one_line(e)}"
+              + ("" if traceback_wanted else " (--traceback shows where)"), file=sys.stderr)
+        sys.stderr.flush()
+        if world.Get_size() > 1:
+            world.Abort(1)
+        return 1
     return 0
 
 
