@@ -300,6 +300,7 @@ class AdaptiveDataLoaderHelper:
         self._done_epoch = None       # the last epoch whose loop finished
         self._steps_since_sync = 0
         self._pass_optim_steps = 0
+        self._resumed = False         # restored mid-pass: no choice before the next due one
         self.end_index = None
 
     # ------------------------------------------------------------ sizes
@@ -460,7 +461,7 @@ class AdaptiveDataLoaderHelper:
         else:
             self._accum_count += 1
 
-    def _sync_local_bsz(self):
+    def _sync_local_bsz(self):  # noqa: C901 - one decision, in order
         """Choose the local size and accumulation steps by goodput; returns True if they changed.
 
         Collective over torch.distributed when adaptive batch sizes are on and
@@ -471,6 +472,8 @@ class AdaptiveDataLoaderHelper:
         self._steps_since_sync = 0
         if self._max_batch_size is None or _deref(_job.model) is None or self._accum_count:
             return False
+        if _job.trajectory and _job.trajectory[-1][0] == _job.optim_steps:
+            return False          # already chosen at this step (a pass ended there)
         if not _job.stats.ready:
             return False
         k = self.num_replicas
@@ -544,10 +547,16 @@ class AdaptiveDataLoaderHelper:
         :meth:`is_optim_step` is True, or outside the loop), never between the
         batches of one accumulated step: RuntimeError there.
         """
-        if current_dataloader() is self and self.is_accum_step():
+        in_body = current_dataloader() is self
+        if in_body and self.is_accum_step():
             raise RuntimeError("state_dict() at an accumulation step: the gradients of this "
                                "optimizer step are not applied yet; save at an optimizer step "
                                "(when is_optim_step() is True)")
+        # In the body of an optimizer step the step is done once the state is
+        # restored: count it as profile() will when the body returns.
+        pending = 1 if in_body else 0
+        progress = _job.progress + (
+            float(_gain(self.current_batch_size, self.batch_size)) if pending else 0.0)
         state = {
             "version": _STATE_VERSION,
             "batch_size": self.batch_size,
@@ -563,10 +572,11 @@ class AdaptiveDataLoaderHelper:
             "max_batch_size": self._max_batch_size,
             "local_bsz_bounds": list(self._bounds),
             "gradient_accumulation": self._accumulation,
+            "steps_since_sync": self._steps_since_sync + pending,
         }
         if self.training:
             state["job"] = {"stats": _job.stats.state_dict(), "profile": _job.profile.state_dict(),
-                            "progress": _job.progress, "optim_steps": _job.optim_steps,
+                            "progress": progress, "optim_steps": _job.optim_steps + pending,
                             "trajectory": [list(t) for t in _job.trajectory],
                             "figures": dict(_job.figures)}
         return state
@@ -598,6 +608,10 @@ class AdaptiveDataLoaderHelper:
         self._index, self._index_epoch = state["index"], state["index_epoch"]
         self._done_epoch, self.end_index = state["done_epoch"], state["end_index"]
         _job.finished_epochs = state["finished_epochs"]
+        self._steps_since_sync = int(state.get("steps_since_sync", 0))
+        # A run not interrupted would make its next choice at the next due
+        # step, not where this one resumes: keep the decision points.
+        self._resumed = self._index > 0
         job = state.get("job")
         if job is not None:
             self.train()
@@ -768,8 +782,9 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
             h._pass_optim_steps = 0
             resized = False
             while not done:
-                if not resized:   # just chosen: no second choice at the same step
+                if not resized and not h._resumed:   # no second choice at the same step
                     h._sync_local_bsz()
+                h._resumed = False
                 self.sampler.set_epoch(epoch, h._index)
                 self.batch_sampler.batch_size = h.current_local_bsz
                 it = super().__iter__()
@@ -777,9 +792,10 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
                 try:
                     for idx, batch in enumerate(it):
                         h._index += k * h.current_local_bsz
+                        optim = h.is_optim_step()
                         with h.profile(self.training and idx >= 1):
                             yield batch
-                        if h.is_accum_step():
+                        if not optim:
                             continue
                         if h.max_batch_size is not None and \
                                 _job.progress >= n * (epoch + 1) / h.batch_size:
@@ -1055,6 +1071,11 @@ class AdaptiveDataParallel(torch.nn.parallel.DistributedDataParallel):
             sqr = float(torch.stack(local).sum()) / norm - trace / b_small
             st.prev_b = b_small
         _job.stats.update(trace, sqr)
+
+    @property
+    def gradient_statistics(self):
+        """The job's :class:`~pyddstore.torch.goodput.GradientStatistics` (same on every rank)."""
+        return _job.stats
 
     def gain(self, scale):
         """AdaScale's gain for a batch ``scale`` times the initial one (1 before any statistics)."""

@@ -146,20 +146,22 @@ class ThroughputProfile:
 
     ``kind`` is ``"accum"`` for a micro-batch that only accumulates its
     gradient and ``"optim"`` for one followed by an all-reduce and an
-    optimizer step. Keeps sums and counts, so profiles of several processes
-    (or of a run before a restart) add up.
+    optimizer step. Keeps the last ``keep`` times of each and fits their
+    medians: a step slowed down by another process on the machine moves a
+    median much less than a mean.
     """
 
-    def __init__(self):
-        self.table = {}   # (replicas, local_bsz, kind) -> [sum of seconds, count]
+    def __init__(self, keep=64):
+        self.keep = int(keep)
+        self.table = {}   # (replicas, local_bsz, kind) -> recent seconds
 
     def record(self, replicas, local_bsz, kind, seconds):
         """Add one measured step."""
         if kind not in ("accum", "optim"):
             raise ValueError(f"kind must be 'accum' or 'optim', got {kind!r}")
-        entry = self.table.setdefault((int(replicas), int(local_bsz), kind), [0.0, 0])
-        entry[0] += float(seconds)
-        entry[1] += 1
+        times = self.table.setdefault((int(replicas), int(local_bsz), kind), [])
+        times.append(float(seconds))
+        del times[:-self.keep]
 
     def __len__(self):
         return len(self.table)
@@ -177,7 +179,8 @@ class ThroughputProfile:
         count's accumulation steps pin ``alpha`` (gradient accumulation then
         looks no better than a smaller batch, a cautious choice).
         """
-        rows = [(k, m, kind, s / c, c) for (k, m, kind), (s, c) in sorted(self.table.items()) if c]
+        rows = [(k, m, kind, float(np.median(t)), len(t))
+                for (k, m, kind), t in sorted(self.table.items()) if t]
         if not rows:
             return None
         ks = sorted({k for k, _, kind, _, _ in rows if kind == "optim"})
@@ -213,11 +216,12 @@ class ThroughputProfile:
 
     def state_dict(self):
         """The table as a list of plain values."""
-        return [[k, m, kind, s, c] for (k, m, kind), (s, c) in sorted(self.table.items())]
+        return [[k, m, kind, list(t)] for (k, m, kind), t in sorted(self.table.items())]
 
     def load_state_dict(self, state):
         """Replace the table with one from :meth:`state_dict`."""
-        self.table = {(int(k), int(m), str(kind)): [float(s), int(c)] for k, m, kind, s, c in state}
+        self.table = {(int(k), int(m), str(kind)): [float(x) for x in t][-self.keep:]
+                      for k, m, kind, t in state}
 
 
 def _nnls(a, b, free_zero=()):
