@@ -20,7 +20,7 @@ What each name does:
   over a :class:`~pyddstore.torch.DistDataset` (a plain map-style dataset is
   loaded into one), with an :class:`ElasticSampler` in AdaptDL's order;
   ``batch_size`` is the global batch size.
-* :meth:`AdaptiveDataLoader.autoscale_batch_size`: the local batch size and
+* :meth:`AdaptiveDataLoaderHelper.autoscale_batch_size`: the local batch size and
   the gradient-accumulation steps are chosen while training to maximise
   goodput, as in Pollux (see :mod:`pyddstore.torch.goodput`), from the step
   times this loader measures and the gradient statistics
@@ -33,6 +33,9 @@ What each name does:
   runs gradient accumulation behind the script's back (no all-reduce, no
   ``optimizer.step``/``zero_grad`` on accumulation steps) and scales the
   learning rate (:class:`AdaScale` by default).
+* :class:`~pyddstore.torch.sampler.ElasticSampler` (re-exported): AdaptDL's
+  ``ElasticSampler(dataset, shuffle=True)``; ``mode="adaptdl"`` gives
+  AdaptDL's exact order, which AdaptiveDataLoader uses.
 * ``remaining_epochs_until``, ``current_epoch``, ``finished_epochs``,
   ``current_dataloader``, :class:`Accumulator`: AdaptDL's epoch loop and
   metric helpers.
@@ -68,7 +71,7 @@ from . import goodput as _gp
 from ._logging import logger
 from .batchsize import plan_local_batch
 from .loader import ThreadDataLoader
-from .sampler import ElasticSampler as _BaseElasticSampler
+from .sampler import ElasticSampler
 from .sampler import default_replicas
 
 __all__ = [
@@ -94,20 +97,6 @@ _STATE_VERSION = 1
 # A new batch size must promise this much more goodput: measurements are
 # noisy, and every change restarts the loader's prefetching.
 _SPEEDUP_THRESHOLD = 1.05
-
-
-class ElasticSampler(_BaseElasticSampler):
-    """AdaptDL's ``ElasticSampler(dataset, shuffle=True)``: pyddstore's sampler in ``mode='adaptdl'``.
-
-    The same class as :class:`pyddstore.torch.sampler.ElasticSampler`, with
-    AdaptDL's order by default (``set_epoch(epoch, index)``, an ``index`` past
-    the dataset's length selects a later pass); other keyword arguments are
-    that class's.
-    """
-
-    def __init__(self, dataset, shuffle=True, **kwargs):
-        kwargs.setdefault("mode", "adaptdl")
-        super().__init__(dataset, shuffle=shuffle, **kwargs)
 
 
 # --------------------------------------------------------------- job state
@@ -505,7 +494,7 @@ class AdaptiveDataLoaderHelper:
         changed = (local, accum) != (self._local, self._accum)
         self._local, self._accum = local, accum
         _job.trajectory.append((_job.optim_steps, local, accum, self.current_batch_size,
-                                float(decision[3]), float(decision[4])))
+                                *(float(v) for v in decision[3:8])))
         if changed:
             logger.info("adaptive batch size: local %d x %d micro-batches x %d replicas = %d "
                         "(predicted goodput %.4g, was %.4g)", local, accum + 1, k,
@@ -534,9 +523,15 @@ class AdaptiveDataLoaderHelper:
                 writer.add_scalar(tag_prefix + tag, value, global_step)
 
     @property
+    def throughput_profile(self):
+        """The job's :class:`~pyddstore.torch.goodput.ThroughputProfile`: the step times measured."""
+        return _job.profile
+
+    @property
     def trajectory(self):
         """Every choice so far: ``(optimizer step, local bsz, accumulation steps, global bsz,
-        predicted goodput, goodput of the previous choice)``."""
+        predicted goodput, predicted goodput of the sizes before, predicted throughput,
+        efficiency, noise scale)``."""
         return list(_job.trajectory)
 
     # ----------------------------------------------------------- state
@@ -715,6 +710,11 @@ class AdaptiveDataLoaderMixin:
         self._elastic.to_tensorboard(writer, global_step, tag_prefix)
 
     @property
+    def throughput_profile(self):
+        """See :attr:`AdaptiveDataLoaderHelper.throughput_profile`."""
+        return self._elastic.throughput_profile
+
+    @property
     def trajectory(self):
         """See :attr:`AdaptiveDataLoaderHelper.trajectory`."""
         return self._elastic.trajectory
@@ -728,7 +728,7 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
 
     1. ``batch_size`` is the global batch size over all replicas; each replica
        gets ``ceil(batch_size / replicas)`` (or what
-       :meth:`autoscale_batch_size` chooses).
+       :meth:`AdaptiveDataLoaderHelper.autoscale_batch_size` chooses).
     2. ``sampler`` and ``batch_sampler`` are refused (``ValueError``).
     3. Iterate only inside ``for epoch in remaining_epochs_until(n)``, one
        loader at a time.
@@ -763,7 +763,8 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
             name = f"adaptdl-{_store_names[0]}"
             _store_names[0] += 1
             dataset = owned = DistDataset(dataset, name)
-        sampler = ElasticSampler(dataset, shuffle=shuffle)
+        # AdaptDL's order: a position past the dataset's end is a later pass.
+        sampler = ElasticSampler(dataset, shuffle=shuffle, mode="adaptdl")
         AdaptiveDataLoaderMixin.__init__(self, batch_size, num_replicas=sampler.num_replicas)
         self._owned_store = owned
         super().__init__(dataset, batch_size=self._elastic.current_local_bsz, sampler=sampler,
@@ -946,6 +947,7 @@ class AdaptiveDataParallel(torch.nn.parallel.DistributedDataParallel):
     Parameters
     ----------
     model : torch.nn.Module
+        The model to train, as for DistributedDataParallel.
     optimizer : torch.optim.Optimizer
         Its ``step`` and ``zero_grad`` are wrapped: on an accumulation step
         (``current_dataloader().is_accum_step()``) they do nothing and the
