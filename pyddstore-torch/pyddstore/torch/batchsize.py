@@ -9,9 +9,9 @@ each replica gets the same local size and the actual global size is at least
 the target), with bounds on the local size, and lets an outside controller
 change the target between epochs.
 
-AdaptDL's goodput-based autoscaling (profiling throughput and gradient noise
-to *choose* the batch size) is out of scope: :meth:`GlobalBatchSize.set_batch_size`
-is the hook where such a controller plugs in.
+Choosing the batch size from measured goodput, as AdaptDL does, is
+:mod:`pyddstore.torch.adaptive`'s job; :meth:`GlobalBatchSize.set_batch_size`
+is where another controller plugs in.
 """
 
 import operator
@@ -113,9 +113,9 @@ class GlobalBatchSize:
             gbs.set_batch_size(new_size)   # e.g. from an external autoscaler
 
     Without a ResumableLoader, call :meth:`begin_epoch` before the loop and
-    :meth:`advance` after each micro-batch. AdaptDL's goodput-based
-    autoscaling is out of scope; :meth:`set_batch_size` is where an external
-    controller changes the size.
+    :meth:`advance` after each micro-batch. Goodput-based autoscaling is in
+    :mod:`pyddstore.torch.adaptive`; :meth:`set_batch_size` is where an
+    external controller changes the size.
     """
 
     def __init__(self, batch_size, num_replicas=None, *, dataset=None, min_local=1,

@@ -1,0 +1,1164 @@
+"""AdaptDL's training API over pyddstore: ``import pyddstore.torch.adaptive as adl``.
+
+A script written for ``adaptdl.torch`` runs with its import changed::
+
+    import pyddstore.torch.adaptive as adl       # was: import adaptdl.torch as adl
+
+    adl.init_process_group("gloo")               # over the MPI job's ranks
+    model = adl.AdaptiveDataParallel(model, optimizer, lr_scheduler)
+    loader = adl.AdaptiveDataLoader(dataset, batch_size=64, shuffle=True)
+    loader.autoscale_batch_size(1024, local_bsz_bounds=(16, 256), gradient_accumulation=True)
+    for epoch in adl.remaining_epochs_until(30):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+
+What each name does:
+
+* :class:`AdaptiveDataLoader`: a :class:`~pyddstore.torch.ThreadDataLoader`
+  over a :class:`~pyddstore.torch.DistDataset` (a plain map-style dataset is
+  loaded into one), with an :class:`ElasticSampler` in AdaptDL's order;
+  ``batch_size`` is the global batch size.
+* :meth:`AdaptiveDataLoaderHelper.autoscale_batch_size`: the local batch size and
+  the gradient-accumulation steps are chosen while training to maximise
+  goodput, as in Pollux (see :mod:`pyddstore.torch.goodput`), from the step
+  times this loader measures and the gradient statistics
+  :class:`AdaptiveDataParallel` gathers. Every rank applies the same choice,
+  at an optimizer-step boundary.
+* :class:`AdaptiveDataParallel`: torch's ``DistributedDataParallel`` whose
+  communication hook measures each bucket's squared norm before and after the
+  all-reduce (the gradient DDP applies is bit for bit the one of the default
+  hook), plus one all-reduce of a single number per optimizer step; it also
+  runs gradient accumulation behind the script's back (no all-reduce, no
+  ``optimizer.step``/``zero_grad`` on accumulation steps) and scales the
+  learning rate (:class:`AdaScale` by default).
+* :class:`~pyddstore.torch.sampler.ElasticSampler` (re-exported): AdaptDL's
+  ``ElasticSampler(dataset, shuffle=True)``; ``mode="adaptdl"`` gives
+  AdaptDL's exact order, which AdaptiveDataLoader uses.
+* ``remaining_epochs_until``, ``current_epoch``, ``finished_epochs``,
+  ``current_dataloader``, :class:`Accumulator`: AdaptDL's epoch loop and
+  metric helpers.
+
+Restart: AdaptDL checkpoints itself when its scheduler restarts a job; here
+the script saves ``loader.state_dict()`` (with its model and optimizer) at an
+optimizer step and calls ``loader.load_state_dict()`` after the restart, on
+any number of ranks: the epoch, the position in it, the batch-size schedule,
+the measured profile and gradient statistics all continue.
+
+Not carried over: AdaptDL's scheduler, which changes the number of replicas
+of a running job (here the job runs on the ranks ``mpiexec`` started; a
+restart on another number is the user's choice), its automatic checkpoint
+(``adaptdl.checkpoint``), mixed-precision scaler hooks (``mp_scaler``) and
+the ``AdamScale``/``LEGWScale`` rules.
+"""
+
+import atexit
+import contextlib
+import functools
+import gc
+import math
+import operator
+import os
+import socket
+import time
+import weakref
+
+import torch
+import torch.distributed as dist
+
+from . import goodput as _gp
+from ._logging import logger
+from .batchsize import plan_local_batch
+from .loader import ThreadDataLoader
+from .sampler import ElasticSampler
+from .sampler import default_replicas
+
+__all__ = [
+    "Accumulator",
+    "AdaScale",
+    "AdaptiveDataLoader",
+    "AdaptiveDataLoaderHelper",
+    "AdaptiveDataLoaderMixin",
+    "AdaptiveDataParallel",
+    "ElasticSampler",
+    "LinearScale",
+    "ScalingRuleBase",
+    "SqrtScale",
+    "current_dataloader",
+    "current_epoch",
+    "finished_epochs",
+    "init_process_group",
+    "remaining_epochs_until",
+    "reset",
+]
+
+_STATE_VERSION = 1
+# A new batch size must promise this much more goodput: measurements are
+# noisy, and every change restarts the loader's prefetching.
+_SPEEDUP_THRESHOLD = 1.05
+
+
+# --------------------------------------------------------------- job state
+class _Job:
+    """What AdaptDL keeps per process: the epoch loop, the training loader, measurements."""
+
+    def __init__(self):
+        self.finished_epochs = 0
+        self.current_epoch = None
+        self.training = None          # weakref to the training AdaptiveDataLoaderHelper
+        self.current = None           # weakref to the helper being iterated
+        self.model = None             # weakref to the AdaptiveDataParallel
+        self.stats = _gp.GradientStatistics()
+        self.profile = _gp.ThroughputProfile()
+        self.progress = 0.0           # optimizer steps, in steps of the initial batch size
+        self.figures = {}             # the last decision's model values (to_tensorboard)
+        self.trajectory = []          # (optimizer step, local bsz, accum, global bsz, goodput)
+        self.optim_steps = 0
+
+
+_job = _Job()
+_store_names = [0]
+
+
+def reset():
+    """Forget the epoch loop, the training loader and the measurements of this process.
+
+    AdaptDL runs one training per process; call this between two trainings in
+    the same process (tests, notebooks). Not collective.
+    """
+    global _job
+    _job = _Job()
+
+
+def _deref(ref):
+    return ref() if ref is not None else None
+
+
+def current_dataloader():
+    """The :class:`AdaptiveDataLoaderHelper` being iterated, or None (AdaptDL's name)."""
+    return _deref(_job.current)
+
+
+def current_epoch():
+    """The epoch of the running ``remaining_epochs_until`` loop, or None outside one."""
+    return _job.current_epoch
+
+
+def finished_epochs():
+    """Epochs completed so far (restored by ``AdaptiveDataLoader.load_state_dict``)."""
+    return _job.finished_epochs
+
+
+def remaining_epochs_until(epoch):
+    """Iterate over the epochs not finished yet, up to ``epoch`` (excluded).
+
+    ``for epoch in remaining_epochs_until(30)`` yields ``0, 1, ..., 29`` in a
+    fresh job and, after ``loader.load_state_dict()`` of a checkpoint taken
+    in epoch 7, ``7, ..., 29``. An epoch counts as finished when the loop body
+    returns. Only one such loop may run at a time (RuntimeError).
+    """
+    epoch = operator.index(epoch)
+    if _job.current_epoch is not None:
+        raise RuntimeError("remaining_epochs_until: an epoch loop is already running; "
+                           "epoch loops cannot be nested")
+
+    def loop():
+        job = _job
+        try:
+            while job.finished_epochs < epoch:
+                job.current_epoch = job.finished_epochs
+                yield job.current_epoch
+                job.finished_epochs += 1
+        finally:
+            job.current_epoch = None
+
+    return loop()
+
+
+# ------------------------------------------------------- process group
+def init_process_group(backend, init_method=None, world_size=None, rank=None):
+    """``torch.distributed.init_process_group`` over the ranks of the MPI job (AdaptDL's signature).
+
+    AdaptDL reads its scheduler's environment; here the ranks are those of
+    ``MPI.COMM_WORLD``: rank 0 picks ``MASTER_ADDR`` (``127.0.0.1`` when all
+    ranks share one host, else rank 0's host name; an ``MASTER_ADDR`` already
+    set wins) and a free ``MASTER_PORT`` (unless set), and broadcasts them.
+    ``backend``: ``"gloo"`` on CPU, ``"nccl"`` on GPUs. Collective over
+    ``MPI.COMM_WORLD``. ``world_size``/``rank``, if given, must be MPI's.
+    """
+    if not isinstance(backend, str) or not backend:
+        raise ValueError(f"backend must be a torch.distributed backend name such as 'gloo', "
+                         f"got {backend!r}")
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    size, me = comm.Get_size(), comm.Get_rank()
+    err = None
+    if dist.is_initialized():
+        err = "torch.distributed is already initialised; call init_process_group once"
+    elif world_size is not None and world_size != size:
+        err = f"world_size={world_size} but the MPI job has {size} ranks; leave world_size=None"
+    elif rank is not None and rank != me:
+        err = f"rank={rank} but this MPI rank is {me}; leave rank=None"
+    errs = comm.allgather(err)
+    if any(errs):
+        raise RuntimeError(next(e for e in errs if e))
+    if init_method is None:
+        hosts = comm.allgather(socket.gethostname())
+        addr = port = None
+        if me == 0:
+            addr = os.environ.get("MASTER_ADDR") or (
+                "127.0.0.1" if len(set(hosts)) == 1 else hosts[0])
+            port = os.environ.get("MASTER_PORT")
+            if not port:
+                with socket.socket() as s:
+                    s.bind(("" if len(set(hosts)) > 1 else "127.0.0.1", 0))
+                    port = str(s.getsockname()[1])
+        addr, port = comm.bcast((addr, port), root=0)
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, port
+        init_method = "env://"
+    dist.init_process_group(backend, init_method=init_method, world_size=size, rank=me)
+    atexit.register(_destroy_at_exit)
+
+
+def _destroy_at_exit():
+    # A gloo worker thread that drops the last reference to a Python-owned
+    # tensor while the interpreter finalises aborts the process. Release the
+    # model's reducer (which holds the process group) and the process group
+    # while Python still runs, so that gloo joins its threads now.
+    model = _deref(_job.model)
+    if model is not None:
+        model._hook_state.prev.clear()
+        for attr in ("logger", "reducer", "process_group"):
+            model.__dict__.pop(attr, None)
+        del model
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
+
+
+def _world():
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+# ------------------------------------------------------------ data loader
+def _check_bound(value, what):
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a positive int or None, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} must be a positive int or None, got {value!r}") from None
+    if value < 1:
+        raise ValueError(f"{what} must be >= 1, got {value}")
+    return value
+
+
+class AdaptiveDataLoaderHelper:
+    """Batch-size schedule, position and profiling of one adaptive loader (AdaptDL's class).
+
+    Parameters
+    ----------
+    batch_size : int
+        Target global batch size; the actual one may be larger because every
+        replica gets the same local size (rounded up), or because adaptive
+        batch sizes scaled it up.
+    num_replicas : int, keyword-only
+        Replicas the data is split over (the loader passes its sampler's).
+    """
+
+    def __init__(self, batch_size=1, *, num_replicas=None):
+        self.batch_size = _check_bound(batch_size, "batch_size")
+        if self.batch_size is None:
+            raise ValueError("batch_size must be a positive int (the global batch size)")
+        self.num_replicas = num_replicas or _world()
+        self._max_batch_size = None
+        self._bounds = (1, None)
+        self._accumulation = False
+        self._sync_interval = 50
+        self._local = -(-self.batch_size // self.num_replicas)
+        self._accum = 0
+        self._accum_count = 0
+        self._index = 0
+        self._index_epoch = None      # the epoch _index belongs to
+        self._done_epoch = None       # the last epoch whose loop finished
+        self._steps_since_sync = 0
+        self._pass_optim_steps = 0
+        self._resumed = False         # restored mid-pass: no choice before the next due one
+        self.end_index = None
+
+    # ------------------------------------------------------------ sizes
+    @property
+    def current_local_bsz(self):
+        """Samples per replica per micro-batch (the batch each replica gets from the loader)."""
+        return self._local
+
+    @property
+    def accumulation_steps(self):
+        """Batches returned before an optimizer step, minus one (0: none accumulated)."""
+        return self._accum
+
+    @property
+    def current_batch_size(self):
+        """Global samples per optimizer step: local * (accumulation_steps + 1) * replicas."""
+        return self._local * (self._accum + 1) * self.num_replicas
+
+    @property
+    def max_batch_size(self):
+        """Largest global batch size for adaptive batch sizes; None while they are off."""
+        return self._max_batch_size
+
+    @property
+    def local_bsz_bounds(self):
+        """``(min_local_bsz, max_local_bsz)`` on each replica (``max`` may be None)."""
+        return self._bounds
+
+    @property
+    def current_index(self):
+        """Samples of this epoch consumed by all replicas so far; None when not being iterated."""
+        if current_dataloader() is not self:
+            return None
+        return self._index
+
+    @current_index.setter
+    def current_index(self, value):
+        self._index = operator.index(value)
+
+    def is_accum_step(self):
+        """Whether the current batch's gradient is only accumulated (no optimizer step after it)."""
+        return self._accum_count < self._accum
+
+    def is_optim_step(self):
+        """Whether the optimizer steps after the current batch."""
+        return not self.is_accum_step()
+
+    # ----------------------------------------------------- configuration
+    @property
+    def training(self):
+        """Whether this is the job's training loader (see :meth:`train`)."""
+        return _deref(_job.training) is self
+
+    def train(self):
+        """Make this the loader used for training (its batches are profiled). Only one may be."""
+        other = _deref(_job.training)
+        if other is not None and other is not self:
+            raise RuntimeError("another AdaptiveDataLoader is already the training loader: only "
+                               "one may be (call autoscale_batch_size/train on one loader)")
+        _job.training = weakref.ref(self)
+
+    def autoscale_batch_size(self, max_batch_size, local_bsz_bounds=None,
+                             gradient_accumulation=False, *, sync_interval=50):
+        """Let goodput choose the batch size, up to ``max_batch_size`` in total (AdaptDL's signature).
+
+        ``local_bsz_bounds``: ``(min, max)`` local batch size per replica
+        (either may be None), e.g. what fits in memory;
+        ``gradient_accumulation``: allow several batches per optimizer step.
+        ``sync_interval`` (keyword-only, pyddstore's): optimizer steps
+        between two choices (also made at every pass over the dataset).
+        Makes this the training loader. Raises ``ValueError`` for bounds that
+        cannot hold the initial batch size.
+        """
+        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) \
+                or max_batch_size < self.batch_size:
+            raise ValueError(f"max_batch_size must be an int >= batch_size ({self.batch_size}), "
+                             f"got {max_batch_size!r}")
+        if local_bsz_bounds is None:
+            local_bsz_bounds = (None, None)
+        try:
+            lo, hi = local_bsz_bounds
+        except (TypeError, ValueError):
+            raise ValueError(f"local_bsz_bounds must be a pair (min_local_bsz, max_local_bsz), "
+                             f"got {local_bsz_bounds!r}") from None
+        lo = _check_bound(lo, "local_bsz_bounds[0]") or 1
+        hi = _check_bound(hi, "local_bsz_bounds[1]")
+        if hi is not None and hi < lo:
+            raise ValueError(f"local_bsz_bounds: max {hi} < min {lo}")
+        if lo > self.batch_size:
+            raise ValueError(f"local_bsz_bounds: min {lo} > batch_size {self.batch_size}")
+        if not isinstance(gradient_accumulation, bool):
+            raise ValueError(f"gradient_accumulation must be a bool, got {gradient_accumulation!r}")
+        sync_interval = _check_bound(sync_interval, "sync_interval")
+        if sync_interval is None:
+            raise ValueError("sync_interval must be a positive int")
+        try:
+            local, accum = plan_local_batch(self.batch_size, self.num_replicas, min_local=lo,
+                                            max_local=hi, gradient_accumulation=gradient_accumulation)
+        except ValueError as e:
+            raise ValueError(f"local_bsz_bounds {local_bsz_bounds!r}: {e}") from None
+        if local * (accum + 1) * self.num_replicas > max_batch_size:
+            raise ValueError(f"the initial batch {self.batch_size} needs {local} x {accum + 1} per "
+                             f"replica on {self.num_replicas} replicas, over max_batch_size "
+                             f"{max_batch_size}: raise max_batch_size or lower the bounds")
+        self._max_batch_size = max_batch_size
+        self._bounds = (lo, hi)
+        self._accumulation = gradient_accumulation
+        self._sync_interval = sync_interval
+        self._local, self._accum = local, accum
+        self.train()
+
+    # ------------------------------------------------------- iteration
+    @contextlib.contextmanager
+    def context(self):
+        """Iterate under this context: it marks this loader as the current one (one at a time)."""
+        cur = current_dataloader()
+        if cur is not None and cur is not self:
+            raise RuntimeError("another AdaptiveDataLoader is being iterated: only one dataloader "
+                               "loop may run at a time")
+        if _job.current_epoch is None:
+            raise RuntimeError("iterate an AdaptiveDataLoader inside an epoch loop: "
+                               "for epoch in remaining_epochs_until(n): for batch in loader: ...")
+        if self._index_epoch != _job.current_epoch:
+            self._index, self._index_epoch = 0, _job.current_epoch
+        _job.current = weakref.ref(self)
+        try:
+            yield
+        finally:
+            _job.current = None
+
+    def skipdone(self):
+        """True if this epoch's loop already finished (before a restart): do not replay it."""
+        return self._done_epoch is not None and self._done_epoch == _job.current_epoch
+
+    def _finish_epoch(self):
+        self._done_epoch = _job.current_epoch
+        self._index = 0
+
+    @contextlib.contextmanager
+    def profile(self, commit):
+        """Time one batch's loop body; ``commit``: record the time in the throughput profile.
+
+        Must run the same number of times on every replica (it advances the
+        accumulation counter).
+        """
+        optim = self.is_optim_step()
+        start = time.perf_counter()
+        yield
+        if commit:
+            _job.profile.record(self.num_replicas, self._local, "optim" if optim else "accum",
+                                time.perf_counter() - start)
+        if optim:
+            self._accum_count = 0
+            self._steps_since_sync += 1
+            self._pass_optim_steps += 1
+            _job.optim_steps += 1
+            _job.progress += float(_gain(self.current_batch_size, self.batch_size))
+        else:
+            self._accum_count += 1
+
+    def _sync_local_bsz(self):  # noqa: C901 - one decision, in order
+        """Choose the local size and accumulation steps by goodput; returns True if they changed.
+
+        Collective over torch.distributed when adaptive batch sizes are on and
+        an AdaptiveDataParallel exists; only at the start of an accumulation
+        cycle. Rank 0 decides from its profile and the (already agreed)
+        gradient statistics and broadcasts the decision.
+        """
+        self._steps_since_sync = 0
+        if self._max_batch_size is None or _deref(_job.model) is None or self._accum_count:
+            return False
+        if _job.trajectory and _job.trajectory[-1][0] == _job.optim_steps:
+            return False          # already chosen at this step (a pass ended there)
+        if not _job.stats.ready:
+            return False
+        k = self.num_replicas
+        decision = torch.zeros(8, dtype=torch.float64)
+        if dist.get_rank() == 0:
+            perf = _job.profile.fit(k)
+            if perf is not None:
+                fn = _gp.GoodputFunction(perf, _job.stats.grad_params(self.batch_size),
+                                         self.batch_size)
+                best, local, accum = fn.optimize(k, self._max_batch_size, self._bounds,
+                                                 self._accumulation)
+                now = float(fn(k, self._local, self._accum))
+                if not (now > 0 and best <= now * _SPEEDUP_THRESHOLD):
+                    pick = (local, accum)
+                else:
+                    pick = (self._local, self._accum)
+                chosen = float(fn(k, *pick))
+                decision = torch.tensor(
+                    [1.0, pick[0], pick[1], chosen, now,
+                     float(fn.throughput(k, *pick)), float(fn.efficiency(k * pick[0] * (pick[1] + 1))),
+                     fn.noise_scale()], dtype=torch.float64)
+        dist.broadcast(decision, src=0)
+        if decision[0] != 1.0:
+            return False
+        local, accum = int(decision[1]), int(decision[2])
+        _job.figures = {"goodput": float(decision[3]), "goodput_before": float(decision[4]),
+                        "throughput": float(decision[5]), "efficiency": float(decision[6]),
+                        "noise_scale": float(decision[7])}
+        changed = (local, accum) != (self._local, self._accum)
+        self._local, self._accum = local, accum
+        _job.trajectory.append((_job.optim_steps, local, accum, self.current_batch_size,
+                                *(float(v) for v in decision[3:8])))
+        if changed:
+            logger.info("adaptive batch size: local %d x %d micro-batches x %d replicas = %d "
+                        "(predicted goodput %.4g, was %.4g)", local, accum + 1, k,
+                        self.current_batch_size, decision[3], decision[4])
+        return changed
+
+    # -------------------------------------------------------- metrics
+    def to_tensorboard(self, writer, global_step, tag_prefix=""):
+        """Write the batch sizes and the last goodput figures to a ``SummaryWriter``.
+
+        Tags (after ``tag_prefix``): ``Total_Batch_Size``, ``Local_Batch_Size``,
+        ``Accumulation_Steps``, ``Progress`` and, once a choice was made,
+        ``Goodput``, ``Throughput``, ``Efficiency`` and ``Noise_Scale``.
+        """
+        if tag_prefix and not tag_prefix.endswith("/"):
+            tag_prefix += "/"
+        writer.add_scalar(tag_prefix + "Total_Batch_Size", self.current_batch_size, global_step)
+        writer.add_scalar(tag_prefix + "Local_Batch_Size", self.current_local_bsz, global_step)
+        writer.add_scalar(tag_prefix + "Accumulation_Steps", self.accumulation_steps, global_step)
+        writer.add_scalar(tag_prefix + "Progress", _job.progress, global_step)
+        names = {"goodput": "Goodput", "throughput": "Throughput", "efficiency": "Efficiency",
+                 "noise_scale": "Noise_Scale"}
+        for key, tag in names.items():
+            value = _job.figures.get(key)
+            if value is not None and math.isfinite(value):
+                writer.add_scalar(tag_prefix + tag, value, global_step)
+
+    @property
+    def throughput_profile(self):
+        """The job's :class:`~pyddstore.torch.goodput.ThroughputProfile`: the step times measured."""
+        return _job.profile
+
+    @property
+    def trajectory(self):
+        """Every choice so far: ``(optimizer step, local bsz, accumulation steps, global bsz,
+        predicted goodput, predicted goodput of the sizes before, predicted throughput,
+        efficiency, noise scale)``."""
+        return list(_job.trajectory)
+
+    # ----------------------------------------------------------- state
+    def state_dict(self):
+        """Epoch loop, position, schedule and measurements, as plain values (save rank 0's).
+
+        Take it at an optimizer step (in the body of a batch for which
+        :meth:`is_optim_step` is True, or outside the loop), never between the
+        batches of one accumulated step: RuntimeError there.
+        """
+        in_body = current_dataloader() is self
+        if in_body and self.is_accum_step():
+            raise RuntimeError("state_dict() at an accumulation step: the gradients of this "
+                               "optimizer step are not applied yet; save at an optimizer step "
+                               "(when is_optim_step() is True)")
+        # In the body of an optimizer step the step is done once the state is
+        # restored: count it as profile() will when the body returns.
+        pending = 1 if in_body else 0
+        progress = _job.progress + (
+            float(_gain(self.current_batch_size, self.batch_size)) if pending else 0.0)
+        state = {
+            "version": _STATE_VERSION,
+            "batch_size": self.batch_size,
+            "num_replicas": self.num_replicas,
+            "local_bsz": self._local,
+            "accumulation_steps": self._accum,
+            "global_bsz": self.current_batch_size,
+            "index": self._index,
+            "index_epoch": self._index_epoch,
+            "done_epoch": self._done_epoch,
+            "end_index": self.end_index,
+            "finished_epochs": _job.finished_epochs,
+            "max_batch_size": self._max_batch_size,
+            "local_bsz_bounds": list(self._bounds),
+            "gradient_accumulation": self._accumulation,
+            "steps_since_sync": self._steps_since_sync + pending,
+        }
+        if self.training:
+            state["job"] = {"stats": _job.stats.state_dict(), "profile": _job.profile.state_dict(),
+                            "progress": progress, "optim_steps": _job.optim_steps + pending,
+                            "trajectory": [list(t) for t in _job.trajectory],
+                            "figures": dict(_job.figures)}
+        return state
+
+    def load_state_dict(self, state):
+        """Restore :meth:`state_dict`, possibly saved on another number of replicas.
+
+        On another number the global batch size is kept (the local size and
+        accumulation steps recomputed for this one, within the bounds); the
+        next choice by goodput then starts from there.
+        """
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            raise ValueError("state must be a dict from AdaptiveDataLoader.state_dict()")
+        if state["batch_size"] != self.batch_size:
+            raise ValueError(f"the state was saved with batch_size={state['batch_size']} but this "
+                             f"loader has {self.batch_size}: build it with the saved batch_size")
+        if state["max_batch_size"] is not None:
+            lo, hi = state["local_bsz_bounds"]
+            self._max_batch_size = state["max_batch_size"]
+            self._bounds = (lo, hi)
+            self._accumulation = bool(state["gradient_accumulation"])
+        local, accum = state["local_bsz"], state["accumulation_steps"]
+        if state["num_replicas"] != self.num_replicas:
+            lo, hi = self._bounds
+            local, accum = plan_local_batch(state["global_bsz"], self.num_replicas, min_local=lo,
+                                            max_local=hi, gradient_accumulation=self._accumulation
+                                            or accum > 0)
+        self._local, self._accum, self._accum_count = local, accum, 0
+        self._index, self._index_epoch = state["index"], state["index_epoch"]
+        self._done_epoch, self.end_index = state["done_epoch"], state["end_index"]
+        _job.finished_epochs = state["finished_epochs"]
+        self._steps_since_sync = int(state.get("steps_since_sync", 0))
+        # A run not interrupted would make its next choice at the next due
+        # step, not where this one resumes: keep the decision points.
+        self._resumed = self._index > 0
+        job = state.get("job")
+        if job is not None:
+            self.train()
+            _job.stats.load_state_dict(job["stats"])
+            _job.profile.load_state_dict(job["profile"])
+            _job.progress, _job.optim_steps = float(job["progress"]), int(job["optim_steps"])
+            _job.trajectory = [tuple(t) for t in job["trajectory"]]
+            _job.figures = dict(job["figures"])
+
+
+def _gain(batch_size, init_batch_size):
+    if not _job.stats.ready:
+        return 1.0
+    fn = _gp.GoodputFunction(_gp.PerfParams(0.0, 0.0, {}), _job.stats.grad_params(init_batch_size),
+                             init_batch_size)
+    return float(fn.gain(batch_size))
+
+
+class AdaptiveDataLoaderMixin:
+    """Adaptive batch sizes for a custom loader (AdaptDL's class): ``self._elastic`` is its helper."""
+
+    def __init__(self, batch_size, *, num_replicas=None):
+        self._elastic = AdaptiveDataLoaderHelper(batch_size, num_replicas=num_replicas)
+
+    def autoscale_batch_size(self, max_batch_size, local_bsz_bounds=None,
+                             gradient_accumulation=False, **kwargs):
+        """See :meth:`AdaptiveDataLoaderHelper.autoscale_batch_size`."""
+        self._elastic.autoscale_batch_size(max_batch_size, local_bsz_bounds,
+                                           gradient_accumulation, **kwargs)
+
+    @property
+    def current_local_bsz(self):
+        """See :attr:`AdaptiveDataLoaderHelper.current_local_bsz`."""
+        return self._elastic.current_local_bsz
+
+    @property
+    def accumulation_steps(self):
+        """See :attr:`AdaptiveDataLoaderHelper.accumulation_steps`."""
+        return self._elastic.accumulation_steps
+
+    @property
+    def current_batch_size(self):
+        """See :attr:`AdaptiveDataLoaderHelper.current_batch_size`."""
+        return self._elastic.current_batch_size
+
+    @property
+    def current_index(self):
+        """See :attr:`AdaptiveDataLoaderHelper.current_index`."""
+        return self._elastic.current_index
+
+    @property
+    def end_index(self):
+        """Free for the script's use; saved and restored with the state (AdaptDL's name)."""
+        return self._elastic.end_index
+
+    @end_index.setter
+    def end_index(self, value):
+        self._elastic.end_index = value
+
+    @property
+    def local_bsz_bounds(self):
+        """See :attr:`AdaptiveDataLoaderHelper.local_bsz_bounds`."""
+        return self._elastic.local_bsz_bounds
+
+    @property
+    def max_batch_size(self):
+        """See :attr:`AdaptiveDataLoaderHelper.max_batch_size`."""
+        return self._elastic.max_batch_size
+
+    @property
+    def training(self):
+        """See :attr:`AdaptiveDataLoaderHelper.training`."""
+        return self._elastic.training
+
+    def train(self):
+        """See :meth:`AdaptiveDataLoaderHelper.train`."""
+        self._elastic.train()
+
+    def is_accum_step(self):
+        """See :meth:`AdaptiveDataLoaderHelper.is_accum_step`."""
+        return self._elastic.is_accum_step()
+
+    def is_optim_step(self):
+        """See :meth:`AdaptiveDataLoaderHelper.is_optim_step`."""
+        return self._elastic.is_optim_step()
+
+    def context(self):
+        """See :meth:`AdaptiveDataLoaderHelper.context`."""
+        return self._elastic.context()
+
+    def profile(self, commit):
+        """See :meth:`AdaptiveDataLoaderHelper.profile`."""
+        return self._elastic.profile(commit)
+
+    def skipdone(self):
+        """See :meth:`AdaptiveDataLoaderHelper.skipdone`."""
+        return self._elastic.skipdone()
+
+    def to_tensorboard(self, writer, global_step, tag_prefix=""):
+        """See :meth:`AdaptiveDataLoaderHelper.to_tensorboard`."""
+        self._elastic.to_tensorboard(writer, global_step, tag_prefix)
+
+    @property
+    def throughput_profile(self):
+        """See :attr:`AdaptiveDataLoaderHelper.throughput_profile`."""
+        return self._elastic.throughput_profile
+
+    @property
+    def trajectory(self):
+        """See :attr:`AdaptiveDataLoaderHelper.trajectory`."""
+        return self._elastic.trajectory
+
+
+class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
+    """AdaptDL's ``AdaptiveDataLoader(dataset, batch_size=1, shuffle=False, **kwargs)`` over DDStore.
+
+    A :class:`~pyddstore.torch.ThreadDataLoader` with an :class:`ElasticSampler`
+    (AdaptDL's order). Differences from a DataLoader, as in AdaptDL:
+
+    1. ``batch_size`` is the global batch size over all replicas; each replica
+       gets ``ceil(batch_size / replicas)`` (or what
+       :meth:`AdaptiveDataLoaderHelper.autoscale_batch_size` chooses).
+    2. ``sampler`` and ``batch_sampler`` are refused (``ValueError``).
+    3. Iterate only inside ``for epoch in remaining_epochs_until(n)``, one
+       loader at a time.
+
+    ``dataset``: a :class:`~pyddstore.torch.DistDataset` (or any dataset with
+    a ``ddstore``); any other map-style dataset is first loaded into a
+    DistDataset named ``adaptdl-<k>`` (collective, every rank loads its share;
+    freed by :meth:`close`). ``**kwargs`` go to ThreadDataLoader (``num_workers``
+    threads, ``drop_last``, ``collate_fn``, ...).
+
+    Iteration: without adaptive batch sizes, one pass over the dataset split
+    among the replicas (~1/K of it each). With them, the epoch lasts until the
+    statistical progress equals one pass at the initial batch size (the
+    dataset may then be seen more than once), and the batch size may change
+    between two optimizer steps. The position is resumable: see
+    :meth:`state_dict`.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, **kwargs):
+        if kwargs.get("sampler") is not None or kwargs.get("batch_sampler") is not None:
+            raise ValueError("AdaptiveDataLoader does not support a custom sampler or batch_sampler "
+                             "(it uses an ElasticSampler); pass shuffle= instead")
+        kwargs.pop("sampler", None)
+        kwargs.pop("batch_sampler", None)
+        if kwargs.get("reuse_buffers"):
+            raise ValueError("AdaptiveDataLoader changes its local batch size: reuse_buffers=True "
+                             "(buffers of a fixed size) is not supported")
+        owned = None
+        if getattr(dataset, "ddstore", None) is None:
+            from .dataset import DistDataset
+
+            name = f"adaptdl-{_store_names[0]}"
+            _store_names[0] += 1
+            dataset = owned = DistDataset(dataset, name)
+        # AdaptDL's order: a position past the dataset's end is a later pass.
+        sampler = ElasticSampler(dataset, shuffle=shuffle, mode="adaptdl")
+        AdaptiveDataLoaderMixin.__init__(self, batch_size, num_replicas=sampler.num_replicas)
+        self._owned_store = owned
+        super().__init__(dataset, batch_size=self._elastic.current_local_bsz, sampler=sampler,
+                         **kwargs)
+
+    def __iter__(self):
+        """Batches of the current epoch, from the saved position (see the class docs)."""
+        h = self._elastic
+        epoch = _job.current_epoch
+        n = len(self.dataset)
+        k = self.sampler.num_replicas
+        with h.context():
+            if h.skipdone():
+                return
+            done = False
+            h._pass_optim_steps = 0
+            resized = False
+            while not done:
+                if not resized and not h._resumed:   # no second choice at the same step
+                    h._sync_local_bsz()
+                h._resumed = False
+                self.sampler.set_epoch(epoch, h._index)
+                self.batch_sampler.batch_size = h.current_local_bsz
+                it = super().__iter__()
+                resized = False
+                try:
+                    for idx, batch in enumerate(it):
+                        h._index += k * h.current_local_bsz
+                        optim = h.is_optim_step()
+                        with h.profile(self.training and idx >= 1):
+                            yield batch
+                        if not optim:
+                            continue
+                        if h.max_batch_size is not None and \
+                                _job.progress >= n * (epoch + 1) / h.batch_size:
+                            done = True
+                            break
+                        if h._steps_since_sync >= h._sync_interval and h._sync_local_bsz():
+                            resized = True
+                            break
+                finally:
+                    it.close()
+                if done or resized:
+                    continue
+                if h.max_batch_size is None:
+                    done = True
+                elif h._pass_optim_steps == 0 and not h.is_accum_step():
+                    # A pass shorter than one optimizer step, no progress possible.
+                    raise RuntimeError("the dataset is smaller than one batch per replica: "
+                                       "lower batch_size or use fewer ranks")
+                # Next pass: round the position up to the start of the next pass.
+                h._index += (-h._index) % n if n else 0
+                h._pass_optim_steps = 0
+            h._finish_epoch()
+
+    def __len__(self):
+        """Batches of one pass over the dataset at the current local batch size, on this replica."""
+        per = -(-len(self.dataset) // self.sampler.num_replicas)
+        b = self._elastic.current_local_bsz
+        return per // b if self.drop_last else -(-per // b)
+
+    def state_dict(self):
+        """Position, schedule and measurements (see :meth:`AdaptiveDataLoaderHelper.state_dict`)."""
+        state = self._elastic.state_dict()
+        state["sampler"] = self.sampler.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        """Restore a :meth:`state_dict`, on this or another number of ranks."""
+        sampler_state = state.get("sampler") if isinstance(state, dict) else None
+        if sampler_state is None:
+            raise ValueError("state must be a dict from AdaptiveDataLoader.state_dict()")
+        self._elastic.load_state_dict(state)
+        # Checks that this process computes the saved order (same dataset length, torch, Python).
+        self.sampler.load_state_dict(sampler_state)
+
+    def close(self):
+        """Stop the loader threads; free the DistDataset this loader created, if any (collective then)."""
+        super().close()
+        owned, self._owned_store = getattr(self, "_owned_store", None), None
+        if owned is not None:
+            owned.free()
+
+
+# --------------------------------------------------------------- model
+class ScalingRuleBase:
+    """Learning-rate rule for a batch larger than the initial one (AdaptDL's base class).
+
+    Subclasses define :meth:`scale_lr`: the factor applied to every param
+    group's learning rate for the optimizer step, given ``scale = M / M0``.
+    The factor is applied around ``optimizer.step()`` only, so an
+    ``lr_scheduler`` keeps seeing its own learning rates.
+    """
+
+    adp = None
+
+    def initialize(self, adp):
+        """Attach to an AdaptiveDataParallel (called by it)."""
+        self.adp = adp
+
+    def scale_lr(self, scale):
+        """The learning-rate factor for batch-size ratio ``scale``."""
+        raise NotImplementedError
+
+
+class AdaScale(ScalingRuleBase):
+    """AdaScale (Johnson et al., 2020): factor = the gain ``(var + sqr) / (var / scale + sqr)``."""
+
+    def scale_lr(self, scale):
+        """The gain at ``scale`` from the measured gradient statistics (1 before any)."""
+        return self.adp.gain(scale)
+
+
+class LinearScale(ScalingRuleBase):
+    """Linear scaling rule (Goyal et al., 2017): factor = ``scale``."""
+
+    def scale_lr(self, scale):
+        """``scale``."""
+        return float(scale)
+
+
+class SqrtScale(ScalingRuleBase):
+    """Square-root scaling rule (Krizhevsky, 2014): factor = ``sqrt(scale)``."""
+
+    def scale_lr(self, scale):
+        """``sqrt(scale)``."""
+        return math.sqrt(scale)
+
+
+class _HookState:
+    """What the communication hook measured during one optimizer step's backward."""
+
+    def __init__(self, world):
+        self.world = world
+        self.local = []      # per bucket: squared norm of this replica's gradient
+        self.reduced = []    # per bucket: squared norm of the averaged gradient
+        self.prev = {}       # world 1: bucket index -> previous step's gradient
+        self.diff = []       # world 1: squared norm of the change since the previous step
+        self.diff_ok = True
+
+
+def _sqnorm(t):
+    return torch.linalg.vector_norm(t, dtype=torch.float64).square()
+
+
+def _gradstats_hook(state, bucket):
+    """All-reduce the bucket as DDP's default does, recording the squared norms around it."""
+    tensor = bucket.buffer()
+    state.local.append(_sqnorm(tensor))
+    if state.world == 1:
+        prev = state.prev.get(bucket.index())
+        if prev is not None and prev.shape == tensor.shape:
+            state.diff.append(_sqnorm(tensor - prev))
+        else:
+            state.diff_ok = False
+        state.prev[bucket.index()] = tensor.detach().clone()
+    # DDP's built-in reduction multiplies by 1/world while copying into the
+    # bucket and sums; doing the same keeps the applied gradient bit for bit.
+    tensor.mul_(1.0 / state.world)
+    fut = dist.all_reduce(tensor, async_op=True).get_future()
+
+    def done(f):
+        out = f.value()[0]
+        state.reduced.append(_sqnorm(out))
+        return out
+
+    return fut.then(done)
+
+
+def _forward_to(original, method):
+    def call(*args, **kwargs):
+        return method(*args, **kwargs)
+
+    return functools.wraps(original)(call)
+
+
+class AdaptiveDataParallel(torch.nn.parallel.DistributedDataParallel):
+    """AdaptDL's ``AdaptiveDataParallel(model, optimizer, lr_scheduler=None)``: DDP that feeds goodput.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to train, as for DistributedDataParallel.
+    optimizer : torch.optim.Optimizer
+        Its ``step`` and ``zero_grad`` are wrapped: on an accumulation step
+        (``current_dataloader().is_accum_step()``) they do nothing and the
+        backward pass skips the all-reduce; at the optimizer step the
+        accumulated gradient is divided by the number of batches and the
+        learning rate is scaled by ``scaling_rule`` for that step.
+    lr_scheduler : optional
+        Kept as ``self.lr_scheduler`` (AdaptDL checkpoints it); step it as usual.
+    scaling_rule : ScalingRuleBase, optional
+        Default :class:`AdaScale`.
+    **kwargs
+        DistributedDataParallel's (``device_ids``, ``bucket_cap_mb``, ...).
+
+    Needs torch.distributed (:func:`init_process_group`). The gradient
+    statistics (local and averaged squared norms of every bucket, hence the
+    gradient noise scale) come from a DDP communication hook, at the cost of
+    one all-reduce of one number per optimizer step; on a single replica
+    they come from the change of the gradient between two steps (one copy
+    of the gradient kept).
+    """
+
+    def __init__(self, model, optimizer, lr_scheduler=None, mp_scaler=None, scaling_rule=None,
+                 name="adaptdl-dataparallel", **kwargs):
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("AdaptiveDataParallel needs torch.distributed: call "
+                               "pyddstore.torch.adaptive.init_process_group('gloo') first")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
+        if mp_scaler is not None:
+            raise NotImplementedError("mp_scaler (AdaptDL's mixed-precision hooks) is not carried "
+                                      "over; leave it None")
+        if scaling_rule is None:
+            scaling_rule = AdaScale()
+        if not isinstance(scaling_rule, ScalingRuleBase):
+            raise TypeError("scaling_rule must be a ScalingRuleBase (AdaScale(), LinearScale(), ...)")
+        super().__init__(model, **kwargs)
+        self.name = name
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.scaling_rule = scaling_rule
+        scaling_rule.initialize(self)
+        self._hook_state = _HookState(dist.get_world_size())
+        self.register_comm_hook(self._hook_state, _gradstats_hook)
+        self._micro = 0               # forward passes since the last optimizer step
+        self._last_factor = 1.0
+        self._orig_step = optimizer.step
+        self._orig_zero_grad = optimizer.zero_grad
+        # functools.wraps also carries the marks torch's lr schedulers put on
+        # the step they wrapped, so they do not warn that it was replaced.
+        optimizer.step = _forward_to(self._orig_step, self._step)
+        optimizer.zero_grad = _forward_to(self._orig_zero_grad, self._zero_grad)
+        _job.model = weakref.ref(self)
+
+    def forward(self, *inputs, **kwargs):
+        """DDP's forward; skips the all-reduce of the coming backward on an accumulation step."""
+        loader = _deref(_job.training)
+        if torch.is_grad_enabled() and self.training:
+            self._micro += 1
+            self.require_backward_grad_sync = not (loader is not None and loader.is_accum_step())
+        return super().forward(*inputs, **kwargs)
+
+    def zero_grad(self, set_to_none=True):
+        """Module.zero_grad, except in the middle of an accumulated step (then nothing)."""
+        if self._micro == 0:
+            super().zero_grad(set_to_none=set_to_none)
+
+    def _zero_grad(self, *args, **kwargs):
+        if self._micro == 0:
+            return self._orig_zero_grad(*args, **kwargs)
+        return None
+
+    def _step(self, *args, **kwargs):  # noqa: C901 - one optimizer step, in order
+        loader = _deref(_job.training)
+        if loader is not None and loader.is_accum_step():
+            return None
+        micro = max(self._micro, 1)
+        self._micro = 0
+        if micro > 1:
+            with torch.no_grad():
+                for group in self.optimizer.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            p.grad.mul_(1.0 / micro)
+        self._update_stats(loader, micro)
+        factor = 1.0
+        if loader is not None:
+            factor = float(self.scaling_rule.scale_lr(loader.current_batch_size / loader.batch_size))
+        self._last_factor = factor
+        if factor == 1.0:
+            return self._orig_step(*args, **kwargs)
+        saved = [g["lr"] for g in self.optimizer.param_groups]
+        for g in self.optimizer.param_groups:
+            g["lr"] = g["lr"] * factor
+        try:
+            return self._orig_step(*args, **kwargs)
+        finally:
+            for g, lr in zip(self.optimizer.param_groups, saved):
+                g["lr"] = lr
+
+    def _update_stats(self, loader, micro):
+        st = self._hook_state
+        local, reduced, diff, diff_ok = st.local, st.reduced, st.diff, st.diff_ok
+        st.local, st.reduced, st.diff, st.diff_ok = [], [], [], True
+        if not local or loader is None or len(reduced) != len(local):
+            return
+        world = st.world
+        b_small = loader.current_local_bsz * micro
+        # The buckets hold the sum of `micro` batch means: divide by micro^2 for the mean's norm.
+        norm = float(micro) ** 2
+        if world > 1:
+            small = torch.stack(local).sum() / norm
+            dist.all_reduce(small)        # the one extra all-reduce: one float64
+            small = float(small) / world
+            big = float(torch.stack(reduced).sum()) / norm
+            trace, sqr = _gp.noise_scale_estimates(small, big, b_small, b_small * world)
+        else:
+            if not diff_ok or not diff or getattr(st, "prev_b", None) is None:
+                st.prev_b = b_small
+                return
+            # E|g_t - g_{t-1}|^2 = tr(S) (1/B_t + 1/B_{t-1}) when G changes slowly.
+            trace = float(torch.stack(diff).sum()) / norm / (1.0 / b_small + 1.0 / st.prev_b)
+            sqr = float(torch.stack(local).sum()) / norm - trace / b_small
+            st.prev_b = b_small
+        _job.stats.update(trace, sqr)
+
+    @property
+    def gradient_statistics(self):
+        """The job's :class:`~pyddstore.torch.goodput.GradientStatistics` (same on every rank)."""
+        return _job.stats
+
+    def gain(self, scale):
+        """AdaScale's gain for a batch ``scale`` times the initial one (1 before any statistics)."""
+        loader = _deref(_job.training)
+        m0 = loader.batch_size if loader is not None else 1
+        return _gain(scale * m0, m0)
+
+    def to_tensorboard(self, writer, global_step, tag_prefix=""):
+        """Write the gradient statistics to a ``SummaryWriter``.
+
+        Tags (after ``tag_prefix``): ``Gradient_Norm_Sqr``, ``Gradient_Variance``
+        (``tr(Sigma) / M0``), ``Noise_Scale``, ``Gain`` (at the current batch
+        size) and ``Learning_Rate_Factor`` (of the last optimizer step).
+        """
+        if tag_prefix and not tag_prefix.endswith("/"):
+            tag_prefix += "/"
+        loader = _deref(_job.training)
+        m0 = loader.batch_size if loader is not None else 1
+        g = _job.stats.grad_params(m0)
+        writer.add_scalar(tag_prefix + "Gradient_Norm_Sqr", g.sqr, global_step)
+        writer.add_scalar(tag_prefix + "Gradient_Variance", g.var, global_step)
+        phi = _job.stats.noise_scale()
+        if math.isfinite(phi):
+            writer.add_scalar(tag_prefix + "Noise_Scale", phi, global_step)
+        if loader is not None:
+            writer.add_scalar(tag_prefix + "Gain", self.gain(loader.current_batch_size / m0),
+                              global_step)
+        writer.add_scalar(tag_prefix + "Learning_Rate_Factor", self._last_factor, global_step)
+
+
+# ----------------------------------------------------------- accumulator
+class Accumulator(dict):
+    """AdaptDL's ``Accumulator``: sums of statistics over all replicas.
+
+    Accumulation mode (the default): ``acc["loss"] += x`` and
+    ``acc.update(...)`` add to this replica's updates. Inside
+    ``with acc.synchronized():`` (collective over torch.distributed, or this
+    process alone without it) every replica's updates are summed into the
+    shared values, and ``acc`` reads like a dict with the same contents on
+    every replica. Values are numbers.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self._updates = dict(*args, **kwargs)
+        self._synced = False
+
+    def __getitem__(self, key):
+        if self._synced:
+            return super().__getitem__(key)
+        return self._updates.get(key, 0)
+
+    def __setitem__(self, key, value):
+        if self._synced:
+            super().__setitem__(key, value)
+        else:
+            self._updates[key] = value
+
+    def update(self, *args, **kwargs):
+        """Add to the values (accumulation mode) or set them (synchronized mode)."""
+        other = dict(*args, **kwargs)
+        for key, value in other.items():
+            if self._synced:
+                super().__setitem__(key, value)
+            else:
+                self._updates[key] = self._updates.get(key, 0) + value
+
+    @contextlib.contextmanager
+    def synchronized(self):
+        """Sum every replica's updates into the values; read them inside this context."""
+        updates, self._updates = self._updates, {}
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            gathered = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, updates)
+        else:
+            gathered = [updates]
+        for upd in gathered:
+            for key, value in upd.items():
+                super().__setitem__(key, super().get(key, 0) + value)
+        self._synced = True
+        try:
+            yield self
+        finally:
+            self._synced = False

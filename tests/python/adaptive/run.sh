@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# pyddstore.torch.adaptive, run by ci/test.sh instead of the default pytest
+# loop because its jobs depend on each other:
+#  - the suite at 2 ranks first: its restart test saves a loader state in
+#    $PYDDSTORE_ADAPTIVE_RESTART_DIR, which the 1- and 4-rank jobs then
+#    resume from (a restart on another number of ranks);
+#  - examples/adaptdl_port.py (an AdaptDL script with only its imports
+#    changed) at 1, 2 and 4 ranks; it must finish and learn.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+cd "$root"
+source ci/env.sh
+py="${PYTHON:-python}"
+work="$(mktemp -d "${TMPDIR:-/tmp}/pyddstore-adaptive-XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+
+failures=0
+run() { # run <label> <timeout-seconds> <command...>
+  local label=$1 t=$2; shift 2
+  echo "=== $label"
+  if ! timeout -k 10 "$t" "$@"; then
+    echo "FAILED: $label"
+    failures=$((failures + 1))
+  fi
+}
+
+for n in 2 1 4; do
+  run "pytest tests/python/adaptive np=$n" 300 env PYDDSTORE_ADAPTIVE_RESTART_DIR="$work" \
+    mpiexec -n "$n" "$py" tests/python/run_pytest.py -q --color=no tests/python/adaptive
+done
+
+example() { # example <ranks>: the port runs, learns, and writes its TensorBoard events
+  local n=$1 out="$work/example-$1.log"
+  timeout -k 10 300 mpiexec -n "$n" "$py" examples/adaptdl_port.py --epochs 2 --logdir "$work/tb-$n" >"$out" 2>&1 \
+    || { tail -30 "$out"; return 1; }
+  local acc
+  acc=$(sed -n 's/^final validation accuracy //p' "$out" | head -1)
+  [ "$(ls "$work/tb-$n"/rank*/events.* 2>/dev/null | wc -l)" -eq "$n" ] \
+    || { echo "expected $n TensorBoard event files in $work/tb-$n"; return 1; }
+  "$py" -c "import sys; a = float(sys.argv[1]); print('accuracy', a); sys.exit(0 if a > 0.6 else 1)" "${acc:-0}"
+}
+for n in 1 2 4; do
+  echo "=== examples/adaptdl_port.py np=$n"
+  example "$n" || { echo "FAILED: examples/adaptdl_port.py np=$n"; failures=$((failures + 1)); }
+done
+
+if [ "$failures" -ne 0 ]; then
+  echo "adaptive suite: $failures run(s) failed"
+  exit 1
+fi
+echo "adaptive suite: all runs passed"
