@@ -246,6 +246,13 @@ class _Core:
             return run.fetcher.fetch(index)  # iterable dataset; raises StopIteration at its end
         ds = self.dataset
         if self.auto_collation:
+            # A collate_fn may read the batch itself (pyddstore.torch.geometric.Collater
+            # builds graph batches from store columns); None: the usual path.
+            read = getattr(self.collate_fn, "_pyddstore_read", None)
+            if read is not None:
+                data = read(ds, index)
+                if data is not None:
+                    return data
             if self.fast_collate:
                 columns = getattr(ds, "_pyddstore_column_batch", None)
                 data = columns(index, out=bufs) if columns is not None else None
