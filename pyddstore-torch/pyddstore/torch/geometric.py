@@ -753,12 +753,12 @@ class DistDataset(_GraphDataset):
 
         # 2. Agree on what varies: sizes along the axis, non-zero increments, size groups.
         big = np.iinfo(np.int64).max
-        lo = comm.allreduce(sizes.min(axis=0) if len(sizes) else np.full(k, big), op=_min())
-        hi = comm.allreduce(sizes.max(axis=0) if len(sizes) else np.full(k, -1), op=_max())
-        has_inc = comm.allreduce((incs != 0).any(axis=0) if len(incs) else np.zeros(k, bool), op=_lor())
-        eq = np.array([[bool(np.array_equal(sizes[:, x], sizes[:, y])) for y in range(k)]
-                       for x in range(k)], dtype=bool)
-        eq = comm.allreduce(eq, op=_land())
+        lo = _allreduce(comm, sizes.min(axis=0) if len(sizes) else np.full(k, big), "min")
+        hi = _allreduce(comm, sizes.max(axis=0) if len(sizes) else np.full(k, -1), "max")
+        has_inc = _allreduce(comm, (incs != 0).any(axis=0) if len(incs) else np.zeros(k), "max") > 0
+        eq = np.array([[np.array_equal(sizes[:, x], sizes[:, y]) for y in range(k)]
+                       for x in range(k)], dtype=np.int64).reshape(k, k)
+        eq = _allreduce(comm, eq, "min") > 0
         refs = [_Attr(s[0], s[1], s[2], [1 if d is None else d for d in s[3]], s[4]) for s in refd["attrs"]]
         if attrs is None:
             attrs = refs
@@ -879,24 +879,14 @@ class DistDataset(_GraphDataset):
         store.add(f"{name}/{GRAPH_SUFFIX}", np.frombuffer(js, dtype=np.uint8).copy())
 
 
-def _min():
+def _allreduce(comm, arr, op):
+    """Element-wise min or max of an int64 array over comm (buffer-based)."""
     from mpi4py import MPI
-    return MPI.MIN
 
-
-def _max():
-    from mpi4py import MPI
-    return MPI.MAX
-
-
-def _lor():
-    from mpi4py import MPI
-    return MPI.LOR
-
-
-def _land():
-    from mpi4py import MPI
-    return MPI.LAND
+    a = np.ascontiguousarray(arr, dtype=np.int64)
+    out = np.empty_like(a)
+    comm.Allreduce(a, out, op=MPI.MIN if op == "min" else MPI.MAX)
+    return out
 
 
 class DistDatasetReader(_GraphDataset):

@@ -86,4 +86,6 @@ def same_batch(got, want, what="batch"):
 
 
 def expected(source, rows, **kw):
-    return Batch.from_data_list([source[int(i)] for i in rows], **kw)
+    """Batch.from_data_list of graphs `rows` of `source` (a dataset, or a function of the index)."""
+    get = getattr(source, "__getitem__", source)
+    return Batch.from_data_list([get(int(i)) for i in rows], **kw)
