@@ -73,6 +73,7 @@ _TENSOR, _INT, _FLOAT, _BOOL, _NUM_NODES = "tensor", "int", "float", "bool", "nu
 _NUMBER_DTYPES = {_INT: "int64", _FLOAT: "float64", _BOOL: "bool"}
 # Meta columns before the groups' (first row, length) pairs.
 _COL_NODES, _COL_EDGES, _COL_GROUPS = 0, 1, 2
+_INT64_SCALAR = torch.zeros((), dtype=torch.int64)
 
 
 def _raise_agreed(comm, err, what):
@@ -315,14 +316,20 @@ class _Columns:
 
     # -- one Batch (the loader) ---------------------------------------------------
     def batch(self, follow_batch=(), exclude_keys=()):
-        """``Batch.from_data_list`` of these graphs, built from the columns."""
+        """``Batch.from_data_list`` of these graphs, built from the columns.
+
+        The per-graph arithmetic (offsets, increments, batch vectors) runs on the
+        meta rows with numpy; the value buffers were filled by this batch's reads,
+        so increments are added in place.
+        """
         lay = self.layout
         m = len(self.rows)
-        meta = torch.from_numpy(self.meta)
-        out = Batch(_base_cls=lay.cls) if lay.cls is not Batch else Batch()
+        meta = self.meta
+        out = lay.new_batch()
         store = out._store
+        mapping = store._mapping    # a fresh storage: no cached attributes to invalidate
         slice_dict, inc_dict = {}, {}
-        zeros = None
+        arange = np.arange(m, dtype=np.int64)
         for a in lay.attrs:
             key = a.key
             if key in exclude_keys:
@@ -334,71 +341,77 @@ class _Columns:
             if key == "ptr":
                 continue
             if a.kind == _TENSOR:
-                v = _dtypes.as_tensor(self.values[key], a.dtype)
+                buf = self.values[key]
                 if a.var:
                     sizes = meta[:, lay.group_cols[a.group][1]]
                     shape = list(a.shape)
-                    shape[a.cat] = v.shape[1]
-                    value = v.reshape(shape)
+                    shape[a.cat] = buf.shape[1]
+                    arr = buf.reshape(shape)
                 elif a.cat is None:
                     sizes = None
-                    value = v
+                    arr = buf
                 else:
                     sizes = None
                     shape = list(a.shape)
                     shape[a.cat] *= m
-                    value = v.movedim(0, a.cat).reshape(shape) if a.cat else v.reshape(shape)
+                    arr = np.moveaxis(buf, 0, a.cat).reshape(shape) if a.cat else buf.reshape(shape)
+                value = _dtypes.as_tensor(np.ascontiguousarray(arr), a.dtype)
                 size = a.size()
-                if sizes is None:
-                    slices = torch.arange(m + 1, dtype=torch.int64) * size
-                else:
-                    slices = _cumsum(sizes)
+                slices = _np_cumsum(sizes) if sizes is not None else arange_slices(m, size)
                 if a.inc is not None:
-                    incs = _cumsum(meta[:-1, a.inc])
+                    incs = _np_cumsum(meta[:-1, a.inc])
                     if int(incs[-1]) != 0:
-                        per = incs.repeat_interleave(sizes) if sizes is not None else \
-                            incs.repeat_interleave(size)
-                        dtype = torch.result_type(value, incs[0])
+                        per = torch.from_numpy(np.repeat(incs, sizes if sizes is not None else size))
                         view = [1] * value.dim()
                         view[0 if a.cat is None else a.cat] = -1
-                        value = value.to(dtype) + per.to(dtype).view(view)
+                        # torch's promotion of value + a 0-d int64 increment, as PyG adds them
+                        dtype = torch.result_type(value, _INT64_SCALAR)
+                        if dtype == value.dtype:
+                            value.add_(per.to(dtype).view(view))
+                        else:
+                            value = value.to(dtype) + per.to(dtype).view(view)
+                    incs = torch.from_numpy(incs)
                 else:
-                    if zeros is None:
-                        zeros = torch.zeros(m, dtype=torch.int64)
-                    incs = zeros.clone()
+                    incs = torch.zeros(m, dtype=torch.int64)
             else:
                 col = self.values[key]
                 if a.kind == _FLOAT:
                     value = torch.from_numpy(col).to(torch.get_default_dtype())
                 else:
-                    value = torch.from_numpy(col.copy())
-                slices = torch.arange(m + 1, dtype=torch.int64)
+                    value = torch.from_numpy(col)
+                slices = arange_slices(m, 1)
                 if a.inc is not None:
-                    incs = _cumsum(meta[:-1, a.inc])
+                    incs = torch.from_numpy(_np_cumsum(meta[:-1, a.inc]))
                     if int(incs[-1]) != 0:
                         value.add_(incs)
                 else:
                     incs = torch.zeros(m, dtype=torch.int64)
-            store[key] = value
-            slice_dict[key] = slices
+            mapping[key] = value
+            slice_dict[key] = torch.from_numpy(slices)
             inc_dict[key] = incs
             if key in follow_batch:
-                repeats = slices[1:] - slices[:-1]
-                store[f"{key}_batch"] = torch.repeat_interleave(torch.arange(m), repeats)
-                store[f"{key}_ptr"] = _cumsum(repeats)
+                repeats = np.diff(slices)
+                mapping[f"{key}_batch"] = torch.from_numpy(np.repeat(arange, repeats))
+                mapping[f"{key}_ptr"] = torch.from_numpy(_np_cumsum(repeats))
         if lay.infer:
             nodes = meta[:, _COL_NODES]
-            store.batch = torch.repeat_interleave(torch.arange(m), nodes)
-            store.ptr = _cumsum(nodes)
+            store.batch = torch.from_numpy(np.repeat(arange, nodes))
+            store.ptr = torch.from_numpy(_np_cumsum(nodes))
         out._num_graphs = m
         out._slice_dict = slice_dict
         out._inc_dict = inc_dict
         return out
 
 
-def _cumsum(x):
-    out = torch.zeros(x.numel() + 1, dtype=x.dtype)
-    torch.cumsum(x, 0, out=out[1:])
+def arange_slices(m, size):
+    """Slices of m graphs of `size` rows each: 0, size, 2*size, ..."""
+    return np.arange(m + 1, dtype=np.int64) * size
+
+
+def _np_cumsum(x):
+    """int64 cumulative sums with a leading 0 (torch_geometric.utils.cumsum's layout)."""
+    out = np.zeros(len(x) + 1, np.int64)
+    np.cumsum(x, out=out[1:])
     return out
 
 
@@ -409,6 +422,27 @@ class _Layout:
         self.cls, self.attrs, self.infer, self.width = cls, attrs, infer, width
         self.group_cols = [(_COL_GROUPS + 2 * g, _COL_GROUPS + 2 * g + 1) for g in range(n_groups)]
         self.by_key = {a.key: a for a in attrs}
+        self._batch_cls = None
+
+    def new_batch(self):
+        """An empty Batch of this dataset's Data class, as Batch.from_data_list makes it.
+
+        torch_geometric builds the Batch subclass (and inspects the Data class's
+        __init__) on every call; it is the same class every time, so it is made
+        once and then instantiated directly when its __init__ needs no argument.
+        """
+        if self._batch_cls is None:
+            first = Batch(_base_cls=self.cls) if not issubclass(self.cls, Batch) else Batch()
+            import inspect
+
+            params = list(inspect.signature(self.cls.__init__).parameters.values())[1:]
+            plain = all(p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                        for p in params)
+            self._batch_cls = type(first) if plain else False
+            return first
+        if self._batch_cls is False:
+            return Batch(_base_cls=self.cls)
+        return type.__call__(self._batch_cls)
 
     def to_json(self):
         return json.dumps({"version": _VERSION, "class": _class_path(self.cls),
