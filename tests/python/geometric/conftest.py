@@ -1,7 +1,5 @@
-"""Fixtures of the torch_geometric suite (skipped where torch_geometric is not installed)."""
+"""Fixtures of the torch_geometric suite (its modules skip where torch_geometric is not installed)."""
 import pytest
-
-pytest.importorskip("torch_geometric")
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ Subsets, and conversions."""
 import numpy as np
 import pytest
 import torch
-from conftest import raised_everywhere
+pytest.importorskip("torch_geometric")
+from conftest import raised_everywhere  # noqa: E402
 from graphs import Graphs, expected, same_batch, same_data
 from torch.utils.data import DistributedSampler, Subset
 

@@ -2,6 +2,10 @@
 import importlib.util
 import os
 
+import pytest
+
+pytest.importorskip("torch_geometric")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 

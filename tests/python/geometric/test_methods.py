@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
+pytest.importorskip("torch_geometric")
 from graphs import Graphs, expected, same_batch, same_data
 from torch.utils.data import DistributedSampler
 

@@ -3,6 +3,7 @@ rank, a plan that depends on (seed, epoch) only, exact resume (also on another n
 ranks), sizes from the store only; and batches through the DataLoader equal torch_geometric's."""
 import pytest
 import torch
+pytest.importorskip("torch_geometric")
 from graphs import Graphs, expected, same_batch
 
 from pyddstore.torch.geometric import BudgetBatchSampler, DataLoader, DistDataset
