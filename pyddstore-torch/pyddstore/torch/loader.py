@@ -460,7 +460,11 @@ class ThreadDataLoader(DataLoader):
     does) in a worker thread; at most num_workers * prefetch_factor batches are
     in flight. A batch from DistDataset.__getitems__ is collated by handing
     over its per-field columns instead of stacking the samples again, when
-    collate_fn is the default. DDSTORE_AFFINITY_WIDTH / DDSTORE_AFFINITY_OFFSET
+    collate_fn is the default. A collate_fn with a ``_pyddstore_read(dataset,
+    indices)`` method reads its batches itself (in the reading thread) and
+    collates what that returns, unless it is None
+    (pyddstore.torch.geometric.DataLoader builds graph batches so).
+    DDSTORE_AFFINITY_WIDTH / DDSTORE_AFFINITY_OFFSET
     pin worker thread i to CPUs [offset + i*width, offset + (i+1)*width) of the
     process's affinity.
 
