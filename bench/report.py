@@ -2,7 +2,7 @@
 
     python bench/report.py [DIR]      # default bench/results; writes DIR/summary.md, DIR/summary.png
 
-Reads the JSON files the B1-B4 scripts wrote, checks the issue's targets (ratios to baselines
+Reads the JSON files the B1-B4 and B6 scripts wrote, checks the issue's targets (ratios to baselines
 measured in the same run) and says which are met, by how much the others are missed.
 """
 
@@ -16,6 +16,7 @@ TARGETS = {
     "b1_4096": 0.8, "b1_64": 0.5,
     "b2_ceiling": 0.5, "b2_inmem": 1.0, "b2_batched": 3.0, "b2_torch_dl": 5.0,
     "b3_build": 0.5, "b3_rss": 1.10,
+    "b6_pyg_1": 1.5, "b6_pyg_2": 1.0, "b6_per_sample": 5.0,
 }
 
 
@@ -218,6 +219,41 @@ def b4_section(docs, lines):
     lines.append("")
 
 
+def b6_section(docs, lines, summary):
+    b6 = [v for k, v in sorted(docs.items()) if k.startswith("b6_")]
+    if not b6:
+        return
+    lines += ["### B6 graphs (torch_geometric molecules, batch 64)", ""]
+    for doc in b6:
+        lines.append(f"- {doc['machine']['ranks']} rank(s): {machine_line(doc)}")
+    lines += ["", "| ranks | variant | graphs/s per rank | vs PyG DataLoader (wall) | (CPU time) | "
+              "vs original-API per-sample (wall) | load average during the epochs |",
+              "|---|---|---|---|---|---|---|"]
+    for doc in b6:
+        for r in doc["results"]:
+            la = r.get("loadavg_1min") or [None]
+            lines.append(f"| {r['ranks']} | {r['variant']} | {r['graphs_per_s']:.0f} | {fmt(r['ratio_to_pyg'], 2)} | "
+                         f"{fmt(r['ratio_cpu_to_pyg'], 2)} | {fmt(r['ratio_to_per_sample'], 2)} | "
+                         f"{min(la):.1f}-{max(la):.1f} |")
+            if r["variant"] != "store":
+                continue
+            tgt = TARGETS["b6_pyg_1"] if r["ranks"] == 1 else TARGETS["b6_pyg_2"]
+            judged = r["ratio_cpu_to_pyg"] if loaded(doc) else r["ratio_to_pyg"]
+            summary.append((f"B6 graphs/s store vs torch_geometric DataLoader, {r['ranks']} rank(s), per rank"
+                            f"{' (CPU time: machine loaded)' if loaded(doc) else ''}", judged, tgt,
+                            verdict(judged, tgt)))
+            if r["ranks"] == 1:
+                t = TARGETS["b6_per_sample"]
+                cpu = {x["variant"]: x["graphs_per_cpu_s"] for x in doc["results"]}
+                per = cpu["store"] / cpu["per_sample"] if loaded(doc) else r["ratio_to_per_sample"]
+                summary.append((f"B6 graphs/s store vs original-API per-sample path, 1 rank"
+                                f"{' (CPU time: machine loaded)' if loaded(doc) else ''}", per, t, verdict(per, t)))
+    for doc in b6:
+        for note in doc["notes"]:
+            lines.append(f"- {note}")
+    lines.append("")
+
+
 def plot(docs, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -297,10 +333,11 @@ def main():
     b2_section(docs, lines, summary)
     b3_section(docs, lines, summary)
     b4_section(docs, lines)
+    b6_section(docs, lines, summary)
     head = ["# pyddstore benchmark summary", "",
             "Every figure is a ratio to a baseline measured in the same run (medians over repeats; "
             "ratios > 1 mean pyddstore is faster). Produced by `bench/run.sh`; raw data in the JSON "
-            "files beside this one.", "", "## Targets (issue 7)", "",
+            "files beside this one.", "", "## Targets (issue 7; B6: issue 16)", "",
             "| target | measured | goal | verdict |", "|---|---|---|---|"]
     for label, val, tgt, v in summary:
         head.append(f"| {label} | {fmt(val)} | {tgt} | {v} |")

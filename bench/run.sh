@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole benchmark suite (B1-B4 + the Petastorm peers) under mpiexec and write
+# Run the whole benchmark suite (B1-B4, B6 + the Petastorm peers) under mpiexec and write
 # bench/results/*.json, bench/results/summary.md and bench/results/summary.png.
 #
 #   bench/run.sh [--quick] [--no-petastorm] [--out DIR]
@@ -97,6 +97,15 @@ for n in 1 2 4; do
   # shellcheck disable=SC2086
   mpirun_ "$n" 300 bench/b4_scaling.py --out "$out/b4_n$n.json" --batches $batches $quick
 done
+
+# B6: torch_geometric graphs through the store vs PyG's DataLoader (1 and 2 ranks), when installed.
+if "$py" -c "import torch_geometric" >/dev/null 2>&1; then
+  for n in 1 2; do
+    mpirun_ "$n" 400 bench/b6_graph.py --out "$out/b6_n$n.json" $quick
+  done
+else
+  echo "bench: torch_geometric not installed: B6 skipped" >&2
+fi
 
 echo "bench: done in $(( $(date +%s) - t_start )) s, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$py" bench/report.py "$out"

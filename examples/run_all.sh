@@ -23,6 +23,9 @@ for n in 1 3 4; do run "first_store np=$n" 60 mpiexec -n $n python examples/firs
 run "original_api np=4" 60 mpiexec -n 4 python examples/original_api.py
 run "original_api np=2 node_local=0" 60 env DDSTORE_NODE_LOCAL=0 mpiexec -n 2 python examples/original_api.py
 run "torch_ddp np=2" 180 mpiexec -n 2 python examples/torch_ddp.py
+if python -c "import torch_geometric" >/dev/null 2>&1; then
+  run "graph_ddp np=2" 300 mpiexec -n 2 python examples/graph_ddp.py --graphs 600 --epochs 2
+fi
 if python -c "import pyddstore, sys; sys.exit(0 if pyddstore.has_fabric() else 1)"; then
   hs=$(mktemp -d)/hs
   export DDSTORE_FABRIC=tcp FI_TCP_IFACE=lo

@@ -357,10 +357,18 @@ def _row_bytes(arr):
     return n
 
 
+def _bfloat16_view(dt):
+    """Whether numpy dtype `dt` can stand for bfloat16 rows: numpy has no
+    bfloat16 (without ml_dtypes), so 2-byte integer views of them do."""
+    return dt.kind in "iu" and dt.itemsize == 2 and dt.isnative
+
+
 def _check_rows_match(v, arr, what):
     """Check dtype and row size of `arr` against variable `v`."""
     if v.dtype is not None or v.tag != 0:
-        if dtype_tag(arr.dtype) != v.tag:
+        if v.tag == _TAG_BFLOAT16 and _bfloat16_view(arr.dtype):
+            pass
+        elif dtype_tag(arr.dtype) != v.tag:
             expect = v.dtype.name if v.dtype is not None else f"dtype tag {v.tag}"
             cls = DDStoreDTypeError if dtype_tag(arr.dtype) is None else DDStoreTypeError
             raise cls(
@@ -654,7 +662,7 @@ class PyDDStore:
         v.offsets = offsets
         v.row_shape = row_shape
         if disp_itemsize is None:
-            isz = v.dtype.itemsize if v.dtype is not None else 1
+            isz = v.dtype.itemsize if v.dtype is not None else (2 if v.tag == _TAG_BFLOAT16 else 1)
             disp_itemsize = (v.row_bytes // isz, isz)
         v.disp, v.itemsize = disp_itemsize
         self._vars[name] = v
@@ -670,7 +678,7 @@ class PyDDStore:
             raise DDStoreValueError(f"variable {name!r} already exists in this store", DDS_EEXIST)
         return bname
 
-    def add(self, name, arr):
+    def add(self, name, arr, *, dtype=None):
         """Add variable `name` from this rank's rows `arr` (collective over comm).
 
         `arr`: numpy array (or anything with the buffer/array interface) whose
@@ -678,6 +686,11 @@ class PyDDStore:
         zero rows; trailing shape and dtype must agree across ranks. The store
         keeps its own copy. Raises on every rank when any rank's arguments
         are bad (duplicate or invalid name, unsupported dtype, mismatch).
+
+        dtype: keyword-only; ``"bfloat16"`` tags the variable as bfloat16
+        when `arr` is a 2-byte integer view of bfloat16 values (numpy has no
+        bfloat16: ``torch_tensor.view(torch.int16).numpy()``); reads then
+        accept int16/uint16 outputs. None (default): the dtype of `arr`.
         """
         self._require_core("add")
         err = None
@@ -685,7 +698,13 @@ class PyDDStore:
         try:
             bname = self._new_name(name)
             a = _to_array(arr, "array", name, output=False)
-            tag = dtype_tag(a.dtype)
+            if dtype is not None and dtype != "bfloat16":
+                raise DDStoreValueError(f"variable {name!r}: dtype={dtype!r}: only 'bfloat16' (for a "
+                                        "2-byte integer view of bfloat16 values) or None", DDS_EINVAL)
+            if dtype == "bfloat16" and not (_bfloat16_view(a.dtype) or dtype_tag(a.dtype) == _TAG_BFLOAT16):
+                raise DDStoreDTypeError(f"variable {name!r}: dtype='bfloat16' needs an int16/uint16 view "
+                                        f"of the values, got {a.dtype}", DDS_EINVAL)
+            tag = _TAG_BFLOAT16 if dtype == "bfloat16" else dtype_tag(a.dtype)
             if tag is None:
                 raise DDStoreDTypeError(
                     f"variable {name!r}: dtype {a.dtype} is not supported; use one of "

@@ -17,7 +17,8 @@
   in a ConcatDataset to its row.
 
 Fields must have the same shape and dtype in every sample (fixed-shape).
-Supported dtypes: bool, uint8, int32, int64, float32, float64.
+Supported dtypes: bool, uint8, int8, int16, uint16, int32, uint32, int64, uint64,
+float16, float32, float64, and bfloat16 for tensors.
 
 Logging goes to the ``pyddstore.torch`` logger with the rank in every
 record; :func:`pyddstore.enable_logging` (also importable from here)

@@ -17,19 +17,12 @@ import torch
 
 from ._errors import FieldNotFoundError
 
-#: dtypes a field may have (numpy names); everything else is rejected.
-SUPPORTED_DTYPES = ("bool", "uint8", "int32", "int64", "float32", "float64")
-_SUPPORTED_NP = {np.dtype(n) for n in SUPPORTED_DTYPES}
-_TORCH_TO_NP = {
-    torch.bool: np.dtype("bool"),
-    torch.uint8: np.dtype("uint8"),
-    torch.int32: np.dtype("int32"),
-    torch.int64: np.dtype("int64"),
-    torch.float32: np.dtype("float32"),
-    torch.float64: np.dtype("float64"),
-}
+from . import _dtypes
+
+#: dtypes a field may have (numpy names, and bfloat16 for torch tensors); everything else is rejected.
+SUPPORTED_DTYPES = _dtypes.NAMES
 _INT64_MIN, _INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-_SUPPORTED_TEXT = ", ".join(SUPPORTED_DTYPES)
+_SUPPORTED_TEXT = _dtypes.TEXT
 
 # Field kinds. "number" is a Python bool/int/float (stored as bool/int64/float64
 # and given back as the same Python type); "npscalar" a numpy scalar.
@@ -43,13 +36,21 @@ STRUCTURE_SUFFIX = "__structure__"
 class FieldSpec:
     """Kind, dtype and shape of one field (the same in every sample)."""
 
-    __slots__ = ("key", "kind", "dtype", "shape")
+    __slots__ = ("key", "kind", "dtype", "dtype_name", "shape")
 
     def __init__(self, key, kind, dtype, shape):
         self.key = key
         self.kind = kind
-        self.dtype = np.dtype(dtype)
+        # dtype: the numpy dtype rows are held in (int16 bit patterns for
+        # bfloat16); dtype_name: what the values are.
+        self.dtype_name = _dtypes.BFLOAT16 if dtype == _dtypes.BFLOAT16 else np.dtype(dtype).name
+        self.dtype = _dtypes.storage(self.dtype_name)
         self.shape = tuple(int(d) for d in shape)
+
+    @property
+    def user_dtype(self):
+        """The dtype as ``ds.dtypes`` reports it: a numpy dtype, or the name 'bfloat16'."""
+        return _dtypes.BFLOAT16 if self.dtype_name == _dtypes.BFLOAT16 else self.dtype
 
     @property
     def row_bytes(self):
@@ -58,11 +59,11 @@ class FieldSpec:
 
     def describe(self):
         """Human-readable kind, dtype and shape, for error messages."""
-        return f"{self.kind} dtype={self.dtype.name} shape={self.shape}"
+        return f"{self.kind} dtype={self.dtype_name} shape={self.shape}"
 
     def __eq__(self, other):
         return (isinstance(other, FieldSpec) and self.key == other.key and self.kind == other.kind
-                and self.dtype == other.dtype and self.shape == other.shape)
+                and self.dtype_name == other.dtype_name and self.shape == other.shape)
 
     def __repr__(self):
         return f"FieldSpec({self.key!r}, {self.describe()})"
@@ -109,7 +110,7 @@ class Structure:
             "container": self.container,
             "namedtuple": nt,
             "fields": [[["int", f.key] if isinstance(f.key, int) else ["str", f.key],
-                        f.kind, f.dtype.name, list(f.shape)] for f in self.fields],
+                        f.kind, f.dtype_name, list(f.shape)] for f in self.fields],
         }, sort_keys=True)
 
     @classmethod
@@ -169,16 +170,16 @@ def _dtype_error(index, key, dtype):
 def leaf_spec(value, index, key):
     """FieldSpec of one field value; raises TypeError for unsupported values."""
     if isinstance(value, torch.Tensor):
-        dt = _TORCH_TO_NP.get(value.dtype)
+        dt = _dtypes.of_torch(value.dtype)
         if dt is None:
             raise _dtype_error(index, key, value.dtype)
         return FieldSpec(key, TENSOR, dt, value.shape)
     if isinstance(value, np.ndarray):
-        if value.dtype not in _SUPPORTED_NP:
+        if _dtypes.of_numpy(value.dtype) is None:
             raise _dtype_error(index, key, value.dtype)
         return FieldSpec(key, NDARRAY, value.dtype, value.shape)
     if isinstance(value, np.generic):
-        if value.dtype not in _SUPPORTED_NP:
+        if _dtypes.of_numpy(value.dtype) is None:
             raise _dtype_error(index, key, value.dtype)
         return FieldSpec(key, NPSCALAR, value.dtype, ())
     if isinstance(value, bool):
@@ -268,7 +269,7 @@ def items_of(sample, structure, index):
 def as_numpy(value):
     """Host numpy view/copy of a field value (tensors detached and moved to CPU)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
+        return _dtypes.tensor_to_numpy(value)
     return np.asarray(value)
 
 

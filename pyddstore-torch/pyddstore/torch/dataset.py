@@ -8,6 +8,7 @@ import time
 import numpy as np
 import torch
 
+from . import _dtypes
 from . import _progress
 from . import _structure as st
 from ._errors import FieldNotFoundError
@@ -90,6 +91,7 @@ class _StoreDataset(torch.utils.data.Dataset):
 
     _store = None
     _ragged = None
+    _conversions = None  # {field: dtype name} from dtypes=
 
     # ---- basic protocol ------------------------------------------------------
     def __len__(self):
@@ -136,14 +138,21 @@ class _StoreDataset(torch.utils.data.Dataset):
         """{key: shape} of each stored field of one sample (keys as in alloc():
         dict key, tuple/list position, or 0 for a single value), e.g.
         ``{"x": (2, 3), "y": ()}``."""
-        return {f.key: f.shape for f in self._structure.fields}
+        shapes = {f.key: f.shape for f in self._structure.fields}
+        if self._ragged is not None:
+            shapes.update(self._ragged.shapes())
+        return shapes
 
     @property
     def dtypes(self):
         """{key: numpy dtype} of each stored field (compares equal to its name,
         ``ds.dtypes["x"] == "float32"``); tensor fields give the numpy dtype
-        of their torch dtype."""
-        return {f.key: f.dtype for f in self._structure.fields}
+        of their torch dtype, bfloat16 tensor fields the name ``"bfloat16"``
+        (numpy has no such dtype). Ragged fields are included."""
+        dtypes = {f.key: f.user_dtype for f in self._structure.fields}
+        if self._ragged is not None:
+            dtypes.update(self._ragged.dtypes())
+        return dtypes
 
     @property
     def ragged_axes(self):
@@ -338,8 +347,9 @@ class _StoreDataset(torch.utils.data.Dataset):
         vals = {}
         for k in keys:
             col = cols[k]
-            if self._structure.by_key[k].kind == st.TENSOR:
-                t = torch.from_numpy(col)
+            spec = self._structure.by_key[k]
+            if spec.kind == st.TENSOR:
+                t = _dtypes.as_tensor(col, spec.dtype_name)
                 if self._device is not None and self._device.type != "cpu":
                     # Stage through host memory: libddstore reads into host memory
                     # (its providers are not asked for FI_HMEM). Synchronous, so the
@@ -520,7 +530,8 @@ class DistDataset(_StoreDataset):
         as 1-D arrays) is read with it instead of per-index __getitem__ (except
         with encode=, which needs real samples). Every sample must have the
         same structure, and each field the same shape and dtype (bool, uint8,
-        int32, int64, float32, float64; Python bool/int/float are stored as
+        int8, int16, uint16, int32, uint32, int64, uint64, float16, float32,
+        float64, and bfloat16 for tensors; Python bool/int/float are stored as
         bool/int64/float64).
       name: dataset name.
       comm: MPI communicator (default MPI.COMM_WORLD); all its ranks construct
@@ -555,6 +566,10 @@ class DistDataset(_StoreDataset):
         sizes, two store calls per ragged field per batch; batch them with
         collate_fn=RaggedCollate(ds.ragged_axes). At least one field must stay
         fixed-shape. Not readable by DistDatasetReader yet.
+      dtypes: keyword-only. {key: dtype} (torch dtype, numpy dtype or name)
+        converts these tensor/array fields before they are stored, e.g.
+        {"pos": torch.float32} to halve float64 positions, or torch.bfloat16;
+        samples come back in the converted dtype. Applied after encode/fields.
       progress: keyword-only. None (default: automatic), True or False: the
         rank-0 loading progress bar described below.
 
@@ -587,7 +602,7 @@ class DistDataset(_StoreDataset):
 
     def __init__(self, source, name, comm=None, ddstore_width=None, device=None, add_device=None,
                  method=None, handshake_dir=None, chunk_size=None, encode=None, decode=None,
-                 fields=None, ragged=None, *, progress=None):
+                 fields=None, ragged=None, *, dtypes=None, progress=None):
         from mpi4py import MPI
         from pyddstore import PyDDStore
 
@@ -619,6 +634,7 @@ class DistDataset(_StoreDataset):
                     raise ValueError("fields must be a non-empty list of dict keys or tuple/list "
                                      f"positions, got {fields!r}")
                 fields = list(fields)
+            self._conversions = _dtypes.check_conversions(dtypes, what)
             if ragged is not None:
                 self._ragged = RaggedFields(ragged)
             _progress.check_argument(progress)
@@ -677,10 +693,30 @@ class DistDataset(_StoreDataset):
             sample = encode(sample)
         elif fields is not None:
             sample = st.select(sample, fields, index)
+        if self._conversions is not None:
+            sample = self._convert(sample, index)
         if self._ragged is not None:
             # The variable-size fields go to self._ragged, the rest on the fixed-shape path.
             sample = self._ragged.take(sample, index)
         return sample
+
+    def _convert(self, sample, index):
+        """The sample with the dtypes= conversions applied (a new container)."""
+        container, items, tt = st._container_of(sample, index)
+        have = {k for k, _ in items}
+        missing = [k for k in self._conversions if k not in have]
+        if missing:
+            raise KeyError(f"dtypes= names fields {missing!r} that sample {index} lacks (its fields: "
+                           f"{[k for k, _ in items]!r})")
+        values = [_dtypes.convert(v, self._conversions[k], f"sample {index}, field {k!r}")
+                  if k in self._conversions else v for k, v in items]
+        if container == st.SINGLE:
+            return values[0]
+        if container == st.DICT:
+            return dict(zip((k for k, _ in items), values))
+        if container == st.LIST:
+            return values
+        return tt(*values) if tt is not None else tuple(values)
 
     def _log_loaded(self, store, seconds):
         if not logger.isEnabledFor(logging.DEBUG):  # skip the query() when nobody listens
@@ -749,7 +785,8 @@ class DistDataset(_StoreDataset):
                     bar.close()
             _raise_agreed(comm, err, what)
             for f in structure.fields:
-                store.add(self._var_name(f.key), np.ascontiguousarray(cols[f.key]))
+                store.add(self._var_name(f.key), np.ascontiguousarray(cols[f.key]),
+                          dtype="bfloat16" if f.dtype_name == _dtypes.BFLOAT16 else None)
             del cols
         else:
             for f in structure.fields:
@@ -802,6 +839,8 @@ class DistDataset(_StoreDataset):
             block = source.read_range(a, b)
             if fields is not None:
                 block = st.select(block, fields, f"{a}..{b - 1}")
+            if self._conversions is not None:
+                block = self._convert(block, f"{a}..{b - 1}")
             container, items, _ = st._container_of(block, f"{a}..{b - 1}")
             keys = [k for k, _ in items]
             if container != structure.container or keys != structure.keys:
@@ -835,7 +874,7 @@ class DistDataset(_StoreDataset):
             for spec, value in st.items_of(sample, structure, i):
                 dest = out[spec.key]
                 if spec.kind == st.TENSOR:
-                    dest[j] = value.detach().cpu().numpy()
+                    dest[j] = _dtypes.tensor_to_numpy(value)
                 else:
                     dest[j] = value
             if bar is not None and j + 1 - done >= step:

@@ -246,6 +246,13 @@ class _Core:
             return run.fetcher.fetch(index)  # iterable dataset; raises StopIteration at its end
         ds = self.dataset
         if self.auto_collation:
+            # A collate_fn may read the batch itself (pyddstore.torch.geometric.Collater
+            # builds graph batches from store columns); None: the usual path.
+            read = getattr(self.collate_fn, "_pyddstore_read", None)
+            if read is not None:
+                data = read(ds, index)
+                if data is not None:
+                    return data
             if self.fast_collate:
                 columns = getattr(ds, "_pyddstore_column_batch", None)
                 data = columns(index, out=bufs) if columns is not None else None
@@ -453,7 +460,11 @@ class ThreadDataLoader(DataLoader):
     does) in a worker thread; at most num_workers * prefetch_factor batches are
     in flight. A batch from DistDataset.__getitems__ is collated by handing
     over its per-field columns instead of stacking the samples again, when
-    collate_fn is the default. DDSTORE_AFFINITY_WIDTH / DDSTORE_AFFINITY_OFFSET
+    collate_fn is the default. A collate_fn with a ``_pyddstore_read(dataset,
+    indices)`` method reads its batches itself (in the reading thread) and
+    collates what that returns, unless it is None
+    (pyddstore.torch.geometric.DataLoader builds graph batches so).
+    DDSTORE_AFFINITY_WIDTH / DDSTORE_AFFINITY_OFFSET
     pin worker thread i to CPUs [offset + i*width, offset + (i+1)*width) of the
     process's affinity.
 

@@ -54,18 +54,20 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from . import _dtypes
+
 __all__ = ["RaggedFields", "RaggedCollate", "RAGGED_SUFFIX"]
 
 RAGGED_SUFFIX = "__ragged__"
-_SUPPORTED = tuple(np.dtype(n) for n in ("bool", "uint8", "int32", "int64", "float32", "float64"))
 _TENSOR, _NDARRAY = "tensor", "ndarray"
 
 
 def _as_array(value, key, index):
+    """(kind, dtype name or None when unsupported, host numpy array) of a ragged value."""
     if isinstance(value, torch.Tensor):
-        return _TENSOR, value.detach().cpu().numpy()
+        return _TENSOR, _dtypes.of_torch(value.dtype), _dtypes.tensor_to_numpy(value)
     if isinstance(value, np.ndarray):
-        return _NDARRAY, value
+        return _NDARRAY, _dtypes.of_numpy(value.dtype), value
     raise TypeError(f"sample {index}, ragged field {key!r}: expected a torch tensor or numpy "
                     f"array, got {type(value).__name__}")
 
@@ -81,15 +83,18 @@ def _raise_agreed(comm, err, what):
 class _Spec:
     """Axis, dtype, fixed shape (variable axis removed) and kind of one ragged field."""
 
-    __slots__ = ("key", "axis", "kind", "dtype", "inner")
+    __slots__ = ("key", "axis", "kind", "name", "dtype", "inner")
 
     def __init__(self, key, axis, kind, dtype, inner):
+        # dtype: a dtype name (bfloat16 included); self.dtype is the numpy
+        # dtype the values are held in (int16 bit patterns for bfloat16).
         self.key, self.axis, self.kind = key, int(axis), kind
-        self.dtype, self.inner = np.dtype(dtype), tuple(int(d) for d in inner)
+        self.name = dtype if dtype == _dtypes.BFLOAT16 else np.dtype(dtype).name
+        self.dtype, self.inner = _dtypes.storage(self.name), tuple(int(d) for d in inner)
 
     def to_obj(self):
         return {"key": self.key, "axis": self.axis, "kind": self.kind,
-                "dtype": self.dtype.name, "inner": list(self.inner)}
+                "dtype": self.name, "inner": list(self.inner)}
 
     @classmethod
     def from_obj(cls, o):
@@ -98,7 +103,7 @@ class _Spec:
     def describe(self):
         shape = list(self.inner)
         shape.insert(self.axis, "*")
-        return f"{self.kind} dtype={self.dtype.name} shape=({', '.join(map(str, shape))})"
+        return f"{self.kind} dtype={self.name} shape=({', '.join(map(str, shape))})"
 
     def __eq__(self, other):
         return isinstance(other, _Spec) and self.to_obj() == other.to_obj()
@@ -142,6 +147,20 @@ class RaggedFields:
         spec = self._specs.get(key)
         return self._axes[key] if spec is None else spec.axis
 
+    def shapes(self):
+        """{key: shape} with None at the variable axis (once a sample was seen)."""
+        out = {}
+        for k, spec in self._specs.items():
+            shape = list(spec.inner)
+            shape.insert(spec.axis, None)
+            out[k] = tuple(shape)
+        return out
+
+    def dtypes(self):
+        """{key: numpy dtype, or the name 'bfloat16'} of the ragged fields."""
+        return {k: (_dtypes.BFLOAT16 if s.name == _dtypes.BFLOAT16 else s.dtype)
+                for k, s in self._specs.items()}
+
     def describe(self):
         """Human-readable specs of the ragged fields."""
         return ", ".join(f"{k!r}: {self._specs[k].describe()}" if k in self._specs else repr(k)
@@ -163,7 +182,7 @@ class RaggedFields:
         for key, axis in self._axes.items():
             if key not in rest:
                 raise KeyError(f"sample {index} has no ragged field {key!r} (its keys: {list(sample)})")
-            kind, arr = _as_array(rest.pop(key), key, index)
+            kind, name, arr = _as_array(rest.pop(key), key, index)
             if arr.ndim == 0:
                 raise ValueError(f"sample {index}, ragged field {key!r}: a 0-d value has no axis "
                                  "to vary; store it as a fixed field")
@@ -171,11 +190,11 @@ class RaggedFields:
                 raise ValueError(f"sample {index}, ragged field {key!r}: axis {axis} is out of "
                                  f"range for shape {arr.shape}")
             ax = axis % arr.ndim
-            if arr.dtype not in _SUPPORTED:
+            if name is None:
                 raise TypeError(f"sample {index}, ragged field {key!r}: dtype {arr.dtype} is not "
-                                f"supported; use one of {[d.name for d in _SUPPORTED]}")
+                                f"supported; use one of {_dtypes.TEXT}")
             inner = arr.shape[:ax] + arr.shape[ax + 1:]
-            spec = _Spec(key, ax, kind, arr.dtype, inner)
+            spec = _Spec(key, ax, kind, name, inner)
             ref = self._specs.setdefault(key, spec)
             if spec != ref:
                 raise ValueError(f"sample {index}, ragged field {key!r}: {spec.describe()} differs "
@@ -233,7 +252,8 @@ class RaggedFields:
             spare = [np.zeros((1,) + spec.inner, spec.dtype)] if last else []
             values = np.concatenate(blocks + spare) if blocks or spare else \
                 np.zeros((0,) + spec.inner, spec.dtype)
-            store.add(self._values_var(name, key), np.ascontiguousarray(values))
+            store.add(self._values_var(name, key), np.ascontiguousarray(values),
+                      dtype="bfloat16" if spec.name == _dtypes.BFLOAT16 else None)
             first = int(store.query(self._values_var(name, key)).first_row)
             ranges = np.empty((stop - start, 2), dtype=np.int64)
             ranges[:, 1] = counts
@@ -331,7 +351,7 @@ class RaggedFields:
     def _as_kind(spec, arr, device):
         if spec.kind == _NDARRAY:
             return arr
-        t = torch.from_numpy(arr)
+        t = _dtypes.as_tensor(arr, spec.name)
         return t.to(device) if device is not None and device.type != "cpu" else t
 
     def fill(self, samples, rows, collective=True, device=None):

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq  # noqa: E402
 dataset = pytest.importorskip("pyddstore.torch.dataset")
 from pyddstore.torch.parquet import ParquetSource  # noqa: E402
 
-# int8 is not a dtype the PyTorch layer stores: widen it (values unchanged).
+# ParquetSource's dtypes= widens a column while reading (values unchanged).
 CASTS = {"i8": np.int32}
 
 

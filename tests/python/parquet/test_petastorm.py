@@ -83,8 +83,8 @@ def test_schema_fields_regex(petastorm_data):
 def test_distdataset_matches_make_reader(petastorm_data, mpi_comm):
     dataset = pytest.importorskip("pyddstore.torch.dataset")
     path, expected = petastorm_data
-    # int16 is cast to int32 where the store's PyTorch layer lacks int16; values are unchanged.
-    src = PetastormSource(path, dtypes={"cnd_i16": np.int32})
+    # As docs/migration/petastorm.rst shows: no casts needed, the int16 field is stored as int16.
+    src = PetastormSource(path)
     ds = dataset.DistDataset(src, "petastorm_codecs", comm=mpi_comm)
     try:
         n = len(ds)
@@ -92,7 +92,7 @@ def test_distdataset_matches_make_reader(petastorm_data, mpi_comm):
         rows = ds.read_rows(np.arange(n))  # collective with method 0: every rank, same order
         got = {k: np.asarray(rows[k]) for k in FIELDS}
         _compare(got, expected, f"DistDataset at {mpi_comm.Get_size()} ranks")
-        assert got["cnd_i16"].dtype == np.int32
+        assert got["cnd_i16"].dtype == np.int16
         s = ds[mpi_comm.Get_rank() % n]  # one sample, not collective
         assert s["img_jpeg"].shape == (8, 8, 3)
     finally:

@@ -94,9 +94,9 @@ def test_nested_rejected(world):
     assert "nested" in raised_everywhere(world, e)
 
 
-@pytest.mark.parametrize("bad", [torch.zeros(3, dtype=torch.float16), np.zeros(3, np.int16),
-                                 torch.zeros(2, dtype=torch.bfloat16), np.zeros(2, np.complex64),
-                                 np.zeros(2, np.uint32)], ids=lambda b: str(b.dtype))
+@pytest.mark.parametrize("bad", [torch.zeros(3, dtype=torch.complex64), np.zeros(2, np.complex64),
+                                 np.zeros(2, np.dtype(">i4")), np.zeros(2, "datetime64[s]")],
+                         ids=lambda b: str(b.dtype))
 def test_unsupported_dtype(world, bad):
     with pytest.raises(TypeError) as e:
         DistDataset(MapSource(N, lambda i: {"ok": i, "bad": bad}), "dt")
