@@ -123,10 +123,12 @@ static int execute(dds_store *s, dds_var *v, op_list *l, bool bounded)
 }
 
 /* Whether method-0 batched reads are group-collective: not where the whole
- * group shares memory (every read is then a memcpy), and not for readers. */
+ * group shares memory (every read is then a memcpy), not in a group of one,
+ * and not for readers. */
 static bool reads_collective(const dds_store *s)
 {
-    return s->method == 0 && !s->is_reader && !(s->node_local && s->shm_enabled);
+    return s->method == 0 && !s->is_reader && s->group_size > 1 &&
+           !(s->node_local && s->shm_enabled);
 }
 
 /* Group-collective completion of a method-0 batched read: a tagged,

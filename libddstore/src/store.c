@@ -484,7 +484,9 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     if (rc)
         goto fail;
 
-    if (s->method == 0 && !(s->node_local && s->shm_enabled)) {
+    /* The group reads through RMA windows unless it is one rank or wholly in
+     * node shared memory (the condition of dds_shard_alloc's MPI_Win_create). */
+    if (s->method == 0 && s->group_size > 1 && !(s->node_local && s->shm_enabled)) {
         rc = dds_rma_probe(s);
         if (rc)
             goto fail;

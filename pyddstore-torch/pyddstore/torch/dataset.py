@@ -8,6 +8,9 @@ import time
 import numpy as np
 import torch
 
+from pyddstore import DDStoreRangeError
+from pyddstore._errors import DDS_ERANGE
+
 from . import _progress
 from . import _structure as st
 from ._errors import FieldNotFoundError
@@ -296,15 +299,14 @@ class _StoreDataset(torch.utils.data.Dataset):
         cols = {}
         batch = _batch_get_enabled()
         if bad is not None:
-            if batch and self._collective:
-                # method 0: the other ranks of the group are in this read too;
-                # take part with no rows so they complete, then fail here only.
-                for k in keys:
-                    spec = self._structure.by_key[k]
-                    self._store.get_batch(self._var_name(k), np.empty((0,) + spec.shape, spec.dtype),
-                                          np.empty(0, np.int64))
-            raise IndexError(f"sample index {bad} out of range for dataset {self._name!r} of "
+            err = IndexError(f"sample index {bad} out of range for dataset {self._name!r} of "
                              f"{self._len} samples")
+            if batch and self._collective and keys:
+                # method 0: the other ranks of the group are in this read too; they
+                # raise this error with us ("rank k: ...") instead of waiting.
+                err = DDStoreRangeError(str(err), DDS_ERANGE)
+                self._store.fail_read(err)
+            raise err
         for k in keys:
             spec = self._structure.by_key[k]
             col = self._out_column(out, k, n) if out is not None else self._host_buffer(spec, n)
