@@ -583,7 +583,6 @@ class DistDataset(_StoreDataset):
         from pyddstore import PyDDStore
 
         self._store = None
-        self._ctl_comm = None
         self._name = name
         self._init_reading()
         if comm is None:
@@ -649,11 +648,6 @@ class DistDataset(_StoreDataset):
             self._load(store, comm, source, encode, fields, chunk_size, what, progress)
             self._log_loaded(store, time.perf_counter() - t0)
             self._collective = store.method == 0
-            if self._collective:
-                # A communicator of our own for ThreadDataLoader's agreement on
-                # how many collective reads to finish when an epoch is cut short
-                # (the store's own communicator may be in use by a read then).
-                self._ctl_comm = store.group_comm.Dup()
         except BaseException:
             try:
                 store.free()
@@ -835,11 +829,6 @@ class DistDataset(_StoreDataset):
         if bar is not None and m > done:
             bar.update(m - done)
         return out
-
-    def _free_extra(self):
-        if self._ctl_comm is not None:
-            self._ctl_comm.Free()
-            self._ctl_comm = None
 
 
 def _difference(a, ia, b, ib):
