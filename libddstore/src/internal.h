@@ -77,6 +77,12 @@ struct dds_store {
     bool shm_enabled;            /* shared-memory shards in use */
     int *node_rank_of;           /* group rank -> rank in `node`, or -1 */
     int epoch_depth;
+    char host_key[128];          /* names this node in node-wide resources (winlock.c) */
+
+    /* Tagged agreements of group-collective calls (dds_step, collective.c). */
+    int64_t coll_reads;          /* collective reads (READ steps) made so far */
+    uint64_t coll_timeout_ns;    /* DDSTORE_COLLECTIVE_TIMEOUT_S; 0: wait for ever */
+    bool broken;                 /* a step timed out: the group's collectives are out of step */
 
     pthread_rwlock_t vars_lock;  /* guards vars/nvars (readers: lookups; writers: add) */
     dds_var **vars;
@@ -109,6 +115,37 @@ DDS_HIDDEN int dds_owner_of(const dds_var *v, int group_size, int64_t row);
  * failing rank's code on every rank, with its message ("rank k: ..."). */
 DDS_HIDDEN int dds_agree(MPI_Comm comm, int rc);
 
+/* Kinds of group-collective calls, as dds_step() tags them. */
+enum dds_coll_kind {
+    DDS_COLL_READ = 0,        /* get_batch / get_ranges where reads are collective */
+    DDS_COLL_EPOCH_BEGIN = 1,
+    DDS_COLL_EPOCH_END = 2,
+    DDS_COLL_SYNC = 3,
+    DDS_COLL_ADD = 4,         /* add / init */
+    DDS_COLL_FREE = 5,
+    DDS_COLL_NKINDS = 6
+};
+
+/* Tagged, bounded agreement: the first step of every group-collective call
+ * of a core store. Like dds_agree() over s->group, but each rank also says
+ * which call it is in, and the wait is bounded by s->coll_timeout_ns:
+ *  - all ranks in the same kind of call: the agreed result (lowest failing
+ *    rank's code and message);
+ *  - different kinds (unequal numbers of reads, say): DDS_EMISMATCH on every
+ *    rank, naming the ranks, their calls and their read counts; except
+ *    that ranks in free() meeting ranks in a read take part in that read
+ *    (*served set true, DDS_OK) and the readers' read succeeds;
+ *  - no agreement within the timeout: DDS_ETIMEDOUT on this rank, and the
+ *    store is marked broken (its group's collectives can no longer match).
+ * `served` may be NULL when kind is not DDS_COLL_FREE. Collective over
+ * s->group (collective.c). */
+DDS_HIDDEN int dds_step(dds_store *s, int kind, int rc, bool *served);
+/* Complete n requests, driving MPI progress, within s->coll_timeout_ns;
+ * DDS_ETIMEDOUT (store marked broken) naming `what` was waited for. */
+DDS_HIDDEN int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const char *what);
+/* DDSTORE_COLLECTIVE_TIMEOUT_S parsed into s->coll_timeout_ns (local). */
+DDS_HIDDEN int dds_step_setup(dds_store *s);
+
 /* Run fn(s, arg), which creates MPI windows over s->group, while no other
  * group on this node creates windows (winlock.c; works around Open MPI's
  * backing-file collision between communicators split from one parent,
@@ -128,11 +165,18 @@ DDS_HIDDEN int dds_shard_alloc(dds_store *s, dds_var *v);
 /* Release what dds_shard_alloc() made. Collective over the group. */
 DDS_HIDDEN void dds_shard_release(dds_store *s, dds_var *v);
 /* Perform remote ops (owners not reachable by memory) with MPI RMA; data
- * complete on return. collective: group-collective call (get_batch). */
+ * complete on return. bounded: a collective read (get_batch), whose wait
+ * for the targets is bounded by the store's collective timeout (request-
+ * based gets); else MPI_Get + flush (dds_get). */
 DDS_HIDDEN int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops,
-                            size_t nops);
+                            size_t nops, bool bounded);
 /* Make local writes to v visible: MPI_Win_sync on its windows (local). */
 DDS_HIDDEN int dds_rma_sync_local(dds_store *s, dds_var *v);
+/* Method 0 over a group that is not wholly in node shared memory: check,
+ * with a small window, that the MPI can create RMA windows and read through
+ * them here; DDS_ENOTSUP with the settings to use when not. Collective over
+ * s->comm; returns an agreed result. */
+DDS_HIDDEN int dds_rma_probe(dds_store *s);
 /* Decide whether shards live in node shared memory (DDSTORE_NODE_LOCAL,
  * default on, and the MPI can allocate shared windows); sets
  * s->shm_enabled. Collective over s->comm; returns an agreed result. */

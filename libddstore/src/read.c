@@ -88,7 +88,7 @@ static int group_by_owner(dds_read_op *ops, size_t n, int group_size)
     return DDS_OK;
 }
 
-static int execute(dds_store *s, dds_var *v, op_list *l)
+static int execute(dds_store *s, dds_var *v, op_list *l, bool bounded)
 {
     size_t nremote = 0;
     uint64_t rows_local = 0, rows_remote = 0, bytes_local = 0, bytes_remote = 0;
@@ -112,7 +112,8 @@ static int execute(dds_store *s, dds_var *v, op_list *l)
     if (nremote) {
         rc = group_by_owner(l->ops, nremote, s->group_size);
         if (rc == DDS_OK)
-            rc = (s->method == 0) ? dds_rma_read(s, v, l->ops, nremote) : dds_fab_read(s, v, l->ops, nremote);
+            rc = (s->method == 0) ? dds_rma_read(s, v, l->ops, nremote, bounded)
+                                   : dds_fab_read(s, v, l->ops, nremote);
     }
     atomic_fetch_add(&s->st_rows_local, rows_local);
     atomic_fetch_add(&s->st_rows_remote, rows_remote);
@@ -121,15 +122,25 @@ static int execute(dds_store *s, dds_var *v, op_list *l)
     return rc;
 }
 
-/* Group-collective completion of a method-0 batched read. Ranks of a group
- * that all share memory need no synchronisation; otherwise the agreement
- * keeps every rank inside MPI until all reads are done (MPICH serves passive
- * reads only while the target is in MPI) and reports a failure everywhere. */
+/* Whether method-0 batched reads are group-collective: not where the whole
+ * group shares memory (every read is then a memcpy), not in a group of one,
+ * and not for readers. */
+static bool reads_collective(const dds_store *s)
+{
+    return s->method == 0 && !s->is_reader && s->group_size > 1 &&
+           !(s->node_local && s->shm_enabled);
+}
+
+/* Group-collective completion of a method-0 batched read: a tagged,
+ * bounded step (dds_step) that keeps every rank inside MPI until all reads
+ * are done (osc/pt2pt, osc/ucx over TCP and MPICH serve passive reads only
+ * while the target is in MPI), reports a failure everywhere, and turns
+ * unequal numbers of reads into an error instead of a hang. */
 static int finish_collective(dds_store *s, int rc)
 {
-    if (s->method != 0 || s->is_reader || (s->node_local && s->shm_enabled))
+    if (!reads_collective(s))
         return rc;
-    return dds_agree(s->group, rc);
+    return dds_step(s, DDS_COLL_READ, rc, NULL);
 }
 
 /* Checks shared by all reads. *live tells whether the store handle is usable
@@ -179,7 +190,7 @@ DDS_API int dds_get(dds_store *s, const char *name, void *out, int64_t start, in
     if (rc == DDS_OK)
         rc = ops_push_range(&l, v, s->group_size, start, nrows, out);
     if (rc == DDS_OK)
-        rc = execute(s, v, &l);
+        rc = execute(s, v, &l, false);
     free(l.ops);
     read_end(s, t0);
     return rc;
@@ -191,7 +202,7 @@ DDS_API int dds_get(dds_store *s, const char *name, void *out, int64_t start, in
 static int batched_read_finish(dds_store *s, dds_var *v, op_list *l, bool live, int rc, uint64_t t0)
 {
     if (rc == DDS_OK && l->n)
-        rc = execute(s, v, l);
+        rc = execute(s, v, l, reads_collective(s));
     free(l->ops);
     if (!live)
         return rc;
@@ -272,6 +283,23 @@ DDS_API int dds_get_ranges(dds_store *s, const char *name, void *out, const int6
     return batched_read_finish(s, v, &l, live, rc, t0);
 }
 
+DDS_API int dds_read_fail(dds_store *s, int code, const char *message)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (code >= 0)
+        code = DDS_EINVAL;
+    rc = dds_err(code, "%s", message ? message : dds_strerror(code));
+    if (!reads_collective(s))
+        return rc;
+    uint64_t t0 = dds_now_ns();
+    rc = finish_collective(s, rc);
+    read_end(s, t0);
+    return rc;
+}
+
 /* ---- synchronisation ------------------------------------------------------------- */
 
 static int sync_all_local(dds_store *s)
@@ -284,13 +312,16 @@ static int sync_all_local(dds_store *s)
     return rc;
 }
 
-/* Writer-side sync, a barrier over comm, reader-side sync: the MPI pattern
- * that orders local stores before other ranks' loads in shared windows. */
-static int sync_over(dds_store *s, MPI_Comm comm, int rc)
+/* Writer-side sync, a barrier over the group (tagged step) and, for the
+ * store-wide sync, over comm, then reader-side sync: the MPI pattern that
+ * orders local stores before other ranks' loads in shared windows. */
+static int sync_over(dds_store *s, int kind, int rc)
 {
     if (rc == DDS_OK && s->method == 0)
         rc = sync_all_local(s);
-    rc = dds_agree(comm, rc);
+    rc = dds_step(s, kind, rc, NULL);
+    if (kind == DDS_COLL_SYNC && s->group_size != s->size && !s->broken)
+        rc = dds_agree(s->comm, rc);
     if (rc == DDS_OK && s->method == 0)
         rc = sync_all_local(s);
     return rc;
@@ -312,7 +343,7 @@ DDS_API int dds_sync(dds_store *s)
     int rc = collective_begin(s);
     if (rc)
         return rc;
-    return sync_over(s, s->comm, DDS_OK);
+    return sync_over(s, DDS_COLL_SYNC, DDS_OK);
 }
 
 DDS_API int dds_epoch_begin(dds_store *s)
@@ -320,7 +351,7 @@ DDS_API int dds_epoch_begin(dds_store *s)
     int rc = collective_begin(s);
     if (rc)
         return rc;
-    rc = sync_over(s, s->group, DDS_OK);
+    rc = sync_over(s, DDS_COLL_EPOCH_BEGIN, DDS_OK);
     if (rc == DDS_OK)
         s->epoch_depth++;
     return rc;
@@ -333,7 +364,7 @@ DDS_API int dds_epoch_end(dds_store *s)
         return rc;
     if (s->epoch_depth == 0)
         rc = dds_err(DDS_ESTATE, "epoch_end without a matching epoch_begin");
-    rc = dds_agree(s->group, rc);
+    rc = dds_step(s, DDS_COLL_EPOCH_END, rc, NULL);
     if (rc == DDS_OK)
         s->epoch_depth--;
     return rc;

@@ -7,6 +7,7 @@
  * MPI_Get + flush, complete on return, and needs nothing from the target in
  * an MPI with asynchronous progress. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -50,6 +51,58 @@ int dds_shm_probe(dds_store *s)
         dds_debug("rank %d: shared-memory windows unavailable; node peers are read through RMA",
                   s->rank);
     return DDS_OK;
+}
+
+/* A window over 8 bytes per rank, read from the next rank: what every
+ * method-0 read off the node does. Open MPI's default one-sided component
+ * (osc/rdma) cannot create windows over TCP (MPI_ERR_WIN in MPI_Win_create);
+ * finding out here gives one clear error at create instead of a failed
+ * add() later. */
+static int probe_rma(dds_store *s, void *unused)
+{
+    (void)unused;
+    static const char what[] = "MPI_Win_create";
+    int64_t mine = s->group_rank, theirs = -1;
+    MPI_Win win = MPI_WIN_NULL;
+    int mrc = MPI_Win_create(&mine, sizeof mine, 1, MPI_INFO_NULL, s->group, &win);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, what);
+    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    int rc = DDS_OK;
+    int peer = (s->group_rank + 1) % s->group_size;
+    mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+    if (mrc == MPI_SUCCESS) {
+        mrc = MPI_Get(&theirs, sizeof theirs, MPI_BYTE, peer, 0, sizeof theirs, MPI_BYTE, win);
+        if (mrc == MPI_SUCCESS)
+            mrc = MPI_Win_flush_all(win);
+        int urc = MPI_Win_unlock_all(win);
+        if (mrc == MPI_SUCCESS)
+            mrc = urc;
+    }
+    if (mrc != MPI_SUCCESS)
+        rc = dds_err_mpi(mrc, "MPI_Get through a test window");
+    else if (theirs != peer)
+        rc = dds_err(DDS_EMPI, "MPI_Get through a test window read %lld from rank %d, not %d",
+                     (long long)theirs, peer, peer);
+    MPI_Win_free(&win);
+    return rc;
+}
+
+int dds_rma_probe(dds_store *s)
+{
+    int rc = dds_with_window_lock(s, probe_rma, NULL);
+    if (rc != DDS_OK && rc != DDS_ETIMEDOUT) {
+        size_t len;
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", dds_err_buf(&len));
+        rc = dds_err(DDS_ENOTSUP,
+                     "method 0 needs MPI one-sided communication that works on this network, "
+                     "and it does not here (%s): Open MPI's default osc/rdma cannot create "
+                     "windows over TCP; set OMPI_MCA_osc=ucx UCX_TLS=tcp,self,sm,cma (see "
+                     "docs/clusters.rst), or use DDSTORE_METHOD=1 DDSTORE_FABRIC=tcp",
+                     detail);
+    }
+    return dds_agree(s->comm, rc);
 }
 
 /* Methods 1/2 make shard pages read-only (protect.c), which needs each
@@ -227,11 +280,51 @@ void dds_shard_release(dds_store *s, dds_var *v)
     v->base = NULL;
 }
 
-int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
+/* Collective reads wait for their targets with a deadline: where the MPI
+ * needs the target inside MPI to serve a get (osc/pt2pt, osc/ucx over TCP,
+ * MPICH without async progress), a target that has stopped reading may never
+ * come back into MPI (it may be waiting for this rank in NCCL, say), and a
+ * blocking flush would wait for ever. Request-based gets are polled instead. */
+static int rma_read_bounded(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
 {
-    (void)s;
+    size_t nreq = 0;
+    for (size_t i = 0; i < nops; i++)
+        nreq += (size_t)((ops[i].len + (1 << 30) - 1) >> 30);
+    MPI_Request *reqs = malloc((nreq ? nreq : 1) * sizeof *reqs);
+    if (!reqs)
+        return dds_err(DDS_ENOMEM, "variable '%s': out of memory for %zu requests", v->name, nreq);
+    size_t k = 0;
+    int rc = DDS_OK;
+    for (size_t i = 0; rc == DDS_OK && i < nops; i++) {
+        char *dst = ops[i].dst;
+        MPI_Aint src = (MPI_Aint)ops[i].src_offset;
+        int64_t left = ops[i].len;
+        while (left > 0) {
+            int n = left > (1 << 30) ? (1 << 30) : (int)left; /* counts are int */
+            int mrc = MPI_Rget(dst, n, MPI_BYTE, ops[i].owner, src, n, MPI_BYTE, v->win, &reqs[k]);
+            if (mrc != MPI_SUCCESS) {
+                rc = dds_err_mpi(mrc, "MPI_Rget");
+                break;
+            }
+            k++;
+            dst += n;
+            src += n;
+            left -= n;
+        }
+    }
+    /* Requests already started complete (or time out) before this returns:
+     * their buffers belong to the caller. */
+    int wrc = dds_wait_bounded(s, (int)k, reqs, DDS_COLL_READ, "the ranks it reads from");
+    free(reqs);
+    return rc ? rc : wrc;
+}
+
+int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
+{
     if (v->win == MPI_WIN_NULL)
         return dds_err(DDS_ESTATE, "variable '%s': no RMA window for a remote shard", v->name);
+    if (bounded && s->coll_timeout_ns)
+        return rma_read_bounded(s, v, ops, nops);
     for (size_t i = 0; i < nops; i++) {
         char *dst = ops[i].dst;
         MPI_Aint src = (MPI_Aint)ops[i].src_offset;

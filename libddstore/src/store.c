@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -254,6 +255,49 @@ static int resolve_method(const dds_options *o, int *method)
     return DDS_OK;
 }
 
+/* Name this node for node-wide resources (the window lock): host name and
+ * boot id, so that nodes sharing a file system never share a name.
+ * DDSTORE_TEST_NODES=k (a testing aid) splits each node's ranks of the group
+ * into k consecutive blocks that act as k nodes with names of their own:
+ * several nodes on one host, to test what spans nodes. */
+static int split_test_nodes(dds_store *s)
+{
+    char host[64] = "host", boot[40] = "";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f))
+            boot[0] = '\0';
+        fclose(f);
+    }
+    boot[strcspn(boot, "\n")] = '\0';
+    snprintf(s->host_key, sizeof s->host_key, "%s-%.8s", host, boot);
+    const char *env = dds_env("DDSTORE_TEST_NODES");
+    if (!env)
+        return DDS_OK;
+    char *end;
+    long k = strtol(env, &end, 10);
+    int node_size;
+    MPI_Comm_size(s->node, &node_size);
+    if (*end != '\0' || k < 1 || k > node_size)
+        return dds_err(DDS_EINVAL, "DDSTORE_TEST_NODES='%s' is not a number of nodes from 1 to %d",
+                       env, node_size);
+    int node_rank;
+    MPI_Comm_rank(s->node, &node_rank);
+    int color = (int)((long)node_rank * k / node_size);
+    MPI_Comm sub;
+    int mrc = MPI_Comm_split(s->node, color, node_rank, &sub);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Comm_split (DDSTORE_TEST_NODES)");
+    MPI_Comm_free(&s->node);
+    s->node = sub;
+    MPI_Comm_set_errhandler(s->node, MPI_ERRORS_RETURN);
+    size_t len = strlen(s->host_key);
+    snprintf(s->host_key + len, sizeof s->host_key - len, ".test-node%d", color);
+    return DDS_OK;
+}
+
 /* Map each group rank to its rank in the node communicator (or -1). */
 static int map_node_ranks(dds_store *s)
 {
@@ -403,6 +447,8 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
         rc = dds_err(DDS_ENOTSUP,
                      "method %d needs libfabric, but libddstore was built without it (use method 0)",
                      s->method);
+    if (rc == DDS_OK)
+        rc = dds_step_setup(s);
     if (rc == DDS_OK) {
         s->fabric_name = dup_opt(o.fabric, "DDSTORE_FABRIC", NULL);
         s->handshake_dir = dup_opt(o.handshake_dir, "DDSTORE_HANDSHAKE_DIR", "./ddstore_hs");
@@ -427,7 +473,9 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     mrc = MPI_Comm_split_type(s->group, MPI_COMM_TYPE_SHARED, s->group_rank, MPI_INFO_NULL, &s->node);
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Comm_set_errhandler(s->node, MPI_ERRORS_RETURN);
-    rc = mrc == MPI_SUCCESS ? map_node_ranks(s) : dds_err_mpi(mrc, "MPI_Comm_split_type (node)");
+    rc = mrc == MPI_SUCCESS ? split_test_nodes(s) : dds_err_mpi(mrc, "MPI_Comm_split_type (node)");
+    if (rc == DDS_OK)
+        rc = map_node_ranks(s);
     rc = dds_agree(s->comm, rc);
     if (rc)
         goto fail;
@@ -435,6 +483,14 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     rc = dds_shm_probe(s);
     if (rc)
         goto fail;
+
+    /* The group reads through RMA windows unless it is one rank or wholly in
+     * node shared memory (the condition of dds_shard_alloc's MPI_Win_create). */
+    if (s->method == 0 && s->group_size > 1 && !(s->node_local && s->shm_enabled)) {
+        rc = dds_rma_probe(s);
+        if (rc)
+            goto fail;
+    }
 
     if (s->method != 0) {
         rc = dds_fab_open(s);
@@ -487,6 +543,24 @@ DDS_API int dds_free(dds_store *s)
         s->magic = 0;
         return dds_err(DDS_ESTATE, "MPI was finalized before the store was freed; "
                                    "free stores before MPI_Finalize");
+    }
+    if (!s->is_reader && !s->broken) {
+        /* Ranks that read more batches than this one are finished first:
+         * each step that meets their reads serves one of them. */
+        bool served = true;
+        while (served && rc == DDS_OK)
+            rc = dds_step(s, DDS_COLL_FREE, DDS_OK, &served);
+        if (rc && !s->broken) {
+            dds_store_track(s, true); /* out of step, not freed: free it again later */
+            return rc;
+        }
+    }
+    if (s->broken) {
+        /* The group's collectives can no longer match: release nothing that
+         * needs them (the memory is lost until the process ends). */
+        dds_debug("rank %d: store freed locally only after a collective timed out", s->rank);
+        s->magic = 0;
+        return rc == DDS_ETIMEDOUT ? rc : DDS_OK;
     }
     for (int64_t i = s->nvars - 1; i >= 0; i--)
         var_destroy(s, s->vars[i]);
@@ -624,6 +698,11 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
     if (s->is_reader)
         return dds_err(DDS_ESTATE, "a reader (dds_join) cannot add variables");
     rc = check_new_var(s, name, data, nrows, row_bytes, need_data);
+    /* First a tagged step over the group, so that a rank still reading
+     * (method 0) meets this add in an error, not in a blocking broadcast. */
+    int src = dds_step(s, DDS_COLL_ADD, DDS_OK, NULL);
+    if (src)
+        return src;
     rc = check_same_everywhere(s, rc, name, row_bytes, dtype);
     rc = dds_agree(s->comm, rc);
     if (rc)

@@ -5,11 +5,15 @@
  * get the same id, so two groups (or two stores over the halves of a
  * comm.Split) that create windows at the same moment on one node clobber each
  * other's file: MPI_Win_create then fails or hangs. Creating windows one
- * group at a time per node avoids it. The lock is an flock() on a file in the
- * node's temporary directory, held by one rank per node and group; a group
- * goes ahead only when all its node leaders hold their node's lock, else they
- * all let go and retry after a random pause, so groups spanning several
- * nodes cannot deadlock. */
+ * group at a time per node avoids it. The lock is an flock() on a file named
+ * after the node (host name and boot id, s->host_key) in a node-local
+ * directory (/dev/shm, where those backing files live), held by one rank per
+ * node and group; a group goes ahead only when all its node leaders hold
+ * their node's lock, else they all let go and retry after a random pause, so
+ * groups spanning several nodes cannot deadlock. The name must differ
+ * between nodes: on clusters TMPDIR is often one shared directory, and two
+ * node leaders of one group contending for one file there could never both
+ * hold it (the retry loop then ran into its 300 s limit). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -23,11 +27,12 @@
 
 #define LOCK_WAIT_S 300.0
 
-static int open_lock_file(void)
+static int open_lock_file(const dds_store *s)
 {
-    const char *dir = dds_env("TMPDIR");
+    const char *dir = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : dds_env("TMPDIR");
     char path[4096];
-    snprintf(path, sizeof path, "%s/ddstore-winlock-%u", dir ? dir : "/tmp", (unsigned)getuid());
+    snprintf(path, sizeof path, "%s/ddstore-winlock-%u-%s", dir ? dir : "/tmp", (unsigned)getuid(),
+             s->host_key);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         dds_debug("cannot open window lock %s (%s): creating windows without it", path,
@@ -45,7 +50,7 @@ int dds_with_window_lock(dds_store *s, int (*fn)(dds_store *, void *), void *arg
 {
     int node_rank = 0;
     MPI_Comm_rank(s->node, &node_rank);
-    int fd = node_rank == 0 ? open_lock_file() : -1;
+    int fd = node_rank == 0 ? open_lock_file(s) : -1;
     unsigned seed = (unsigned)(dds_now_ns() ^ ((uint64_t)s->rank << 20) ^ (uint64_t)getpid());
     uint64_t deadline = dds_now_ns() + (uint64_t)(LOCK_WAIT_S * 1e9);
     int rc = DDS_OK;

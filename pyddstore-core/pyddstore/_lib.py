@@ -121,6 +121,7 @@ _PROTOTYPES = {
     "dds_get": (_i, [_vp, _cp, _vp, _i64, _i64]),
     "dds_get_batch": (_i, [_vp, _cp, _vp, _vp, _i64]),
     "dds_get_ranges": (_i, [_vp, _cp, _vp, _vp, _vp, _i64]),
+    "dds_read_fail": (_i, [_vp, _i, _cp]),
     "dds_epoch_begin": (_i, [_vp]),
     "dds_epoch_end": (_i, [_vp]),
     "dds_query": (_i, [_vp, _cp, ctypes.POINTER(VarInfoC)]),

@@ -241,7 +241,7 @@ class _Handle:
             if self.ptr is None:
                 return
             if self._closing:  # another thread is freeing it
-                while self.ptr is not None:
+                while self.ptr is not None and self._closing:
                     self._cv.wait()
                 return
             self._closing = True
@@ -256,25 +256,39 @@ class _Handle:
                 rc = _c.dds_free(ptr)
                 if rc:
                     msg = _lib.last_error(rc)
-                for comm in self.comms:
-                    try:
-                        comm.Free()
-                    except Exception:  # noqa: BLE001 - already freed by the user
-                        pass
+                if rc != DDS_EMISMATCH:
+                    for comm in self.comms:
+                        try:
+                            comm.Free()
+                        except Exception:  # noqa: BLE001 - already freed by the user
+                            pass
             # After MPI_Finalize nothing can be released: the process is ending.
-        finally:
+        except BaseException:
+            self._forget()
+            raise
+        if rc == DDS_EMISMATCH:
+            # Another rank was in another collective call (epoch_end, add...): libddstore
+            # kept the store, so a later free() on every rank can still release it.
             with self._cv:
-                self.ptr = None
                 self._closing = False
-                self.comms = []
                 self._cv.notify_all()
-            with _live_lock:
-                try:
-                    _live.remove(self)
-                except ValueError:
-                    pass
+        else:
+            self._forget()
         if rc:
             raise make_error(rc, msg)
+
+    def _forget(self):
+        """Drop the pointer once dds_free has run (or can no longer run)."""
+        with self._cv:
+            self.ptr = None
+            self._closing = False
+            self.comms = []
+            self._cv.notify_all()
+        with _live_lock:
+            try:
+                _live.remove(self)
+            except ValueError:
+                pass
 
 
 # ---- argument checks ---------------------------------------------------------------
@@ -816,12 +830,32 @@ class PyDDStore:
         if rc:
             self._raise(rc)
 
-    def _poison(self, v):
-        """Join the group's batched read with an argument libddstore rejects,
-        so the ranks that are waiting in it fail too instead of hanging."""
-        if self._collective_reads and self._h.live:
-            with self._h as ptr:
-                _c.dds_get_batch(ptr, v.bname, None, None, -1)
+    def fail_read(self, error):
+        """Take part in the group's collective read (method 0: get_batch and
+        get_ranges are collective where the group spans nodes or
+        DDSTORE_NODE_LOCAL=0) as a read that failed here with `error` (an
+        exception, typically this rank's bad argument), then raise.
+
+        Every other rank of the group that is in the matching read raises the
+        same error, as a DDStoreError named ``"rank k: ..."`` (the lowest
+        failing rank), instead of waiting for this rank; this rank raises
+        `error` itself. Where reads are not collective only this rank raises. For
+        code that finds a problem before calling get_batch (e.g. a dataset
+        with an index out of range); get_batch and get_ranges do this
+        themselves for their own argument errors.
+        """
+        code = getattr(error, "code", None)
+        if not isinstance(code, int) or code >= 0:
+            code = DDS_EINVAL
+        if not isinstance(error, DDStoreError):
+            text = f"{type(error).__name__}: {error}"
+        else:
+            text = str(error)
+        h = self._h
+        if self._collective_reads and h is not None and h.live:
+            with h as ptr:
+                _c.dds_read_fail(ptr, code, text.encode("utf-8", "replace")[:1000])
+        raise error
 
     def get_batch(self, name, out, rows):
         """Read global rows ``rows[i]`` into ``out[i]`` (any order, repeats
@@ -847,8 +881,8 @@ class PyDDStore:
                 if rc:
                     self._raise(rc)
                 return
-        v = self._var(name)
         try:
+            v = self._var(name)
             o = _to_array(out, "output", name, output=True)
             _check_rows_match(v, o, "output")
             v.layouts.add((o.dtype, o.shape[1:]))
@@ -861,9 +895,8 @@ class PyDDStore:
                 bad = r[(r < 0) | (r >= v.global_rows)][0]
                 raise DDStoreRangeError(
                     f"variable {name!r}: row {int(bad)} is outside [0, {v.global_rows})", DDS_ERANGE)
-        except DDStoreError:
-            self._poison(v)
-            raise
+        except Exception as e:  # noqa: BLE001 - every argument error reaches the group's read
+            self.fail_read(e)
         with self._h as ptr:
             rc = _c.dds_get_batch(ptr, v.bname, o.ctypes.data, r.ctypes.data, n)
         if rc:
@@ -873,8 +906,8 @@ class PyDDStore:
         """Read row ranges ``[starts[i], starts[i] + counts[i])`` one after
         the other into `out` (``out.shape[0] >= sum(counts)``). Same
         collective rule as :meth:`get_batch`."""
-        v = self._var(name)
         try:
+            v = self._var(name)
             o = _to_array(out, "output", name, output=True)
             _check_rows_match(v, o, "output")
             s = _int64_array(starts, "starts", name)
@@ -898,9 +931,8 @@ class PyDDStore:
                 raise DDStoreValueError(
                     f"variable {name!r}: output has {o.shape[0]} rows, the ranges hold {total}",
                     DDS_EINVAL)
-        except DDStoreError:
-            self._poison(v)
-            raise
+        except Exception as e:  # noqa: BLE001 - every argument error reaches the group's read
+            self.fail_read(e)
         with self._h as ptr:
             rc = _c.dds_get_ranges(ptr, v.bname, o.ctypes.data, s.ctypes.data, c.ctypes.data, s.size)
         if rc:

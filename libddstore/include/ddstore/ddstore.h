@@ -22,6 +22,31 @@
  *    never leaves ranks waiting for each other.
  *  - "Group-collective" means every rank of the caller's group (see width)
  *    calls it the same number of times, from one thread at a time.
+ *  - Collective tags and bounded waits (stores from dds_create()): every
+ *    group-collective and collective call begins with one agreement over
+ *    the group that carries the kind of call each rank is in (read, i.e.
+ *    dds_get_batch/dds_get_ranges/dds_read_fail where reads are collective;
+ *    epoch_begin; epoch_end; sync; add/init; free), and every wait in it is
+ *    bounded by DDSTORE_COLLECTIVE_TIMEOUT_S seconds (default 600; 0 waits
+ *    for ever). So out-of-step ranks never wait for ever:
+ *      - ranks in different calls (one rank reading a batch more than the
+ *        others while they are in epoch_end, say) all fail with
+ *        DDS_EMISMATCH, a message naming each rank, its call and its count
+ *        of collective reads; neither call takes effect (the read's data is
+ *        complete, but reported as failed);
+ *      - except dds_free(): a rank in it that meets reads of other ranks
+ *        takes part in them (with nothing to read) until they call
+ *        dds_free() too, so unequal numbers of reads before dds_free()
+ *        simply work;
+ *      - a rank whose peers make no collective call of the store within the
+ *        timeout (they left the loop, or wait elsewhere) fails with
+ *        DDS_ETIMEDOUT; the store is then unusable (later calls fail with
+ *        DDS_ESTATE) and dds_free() releases only what needs no peer.
+ *    Where reads are collective, a collective read also waits for its
+ *    targets within the timeout (request-based gets), since an MPI that
+ *    serves gets only while the target is inside MPI would otherwise wait
+ *    for a target that has stopped reading.
+ *    Across groups (width < size) only the group's own ranks are checked.
  *  - Thread safety: functions documented as thread-safe may be called from
  *    several threads on the same store at once (the MPI library must then be
  *    initialised with MPI_THREAD_MULTIPLE for method 0). Others need external
@@ -186,13 +211,26 @@ DDS_API void dds_options_init(dds_options *opts);
  * is absent). Method 2 also publishes the group's endpoints in the handshake
  * directory (one sub-directory per group when there are several groups:
  * <dir>/group<k>).
+ * Method 0 over a group that is not wholly in node shared memory: a small
+ * test window is created and read at create; DDS_ENOTSUP on every rank,
+ * naming the settings to use, when the MPI's one-sided communication does
+ * not work on this network (Open MPI's default osc/rdma over TCP:
+ * OMPI_MCA_osc=ucx UCX_TLS=tcp,self,sm,cma, or method 1 with
+ * DDSTORE_FABRIC=tcp). DDS_EINVAL when DDSTORE_COLLECTIVE_TIMEOUT_S or
+ * DDSTORE_TEST_NODES is malformed.
  * Collective over the communicator. */
 DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts);
 
 /* Free a store and everything it holds (variables, windows, memory
  * registrations; method 2 withdraws its publication). NULL is accepted.
  * Collective over the communicator for a store from dds_create(); local for
- * a store from dds_join(). After it returns the handle is invalid. */
+ * a store from dds_join(). First finishes, with nothing to read, the
+ * collective reads that other ranks of the group still make (unequal
+ * numbers of dds_get_batch calls then simply work). Fails with
+ * DDS_EMISMATCH, leaving the store live, when another rank is in another
+ * collective call (epoch_end, add...); with DDS_ETIMEDOUT when the others
+ * never arrive (see "Collective tags"). After it returns DDS_OK the handle
+ * is invalid. */
 DDS_API int dds_free(dds_store *store);
 
 /* Describe a store. `info->size` must be set. Local; thread-safe. */
@@ -247,8 +285,16 @@ DDS_API int dds_get(dds_store *store, const char *name, void *out,
  * and contiguous runs are read as one transfer, under one synchronisation.
  * nrows 0 is valid (rows may then be NULL).
  * Method 0: group-collective (every rank of the group calls it the same
- * number of times; a rank with nothing to read passes nrows 0). Methods 1
- * and 2: not collective, thread-safe. */
+ * number of times; a rank with nothing to read passes nrows 0) where the
+ * group spans nodes or node shared memory is off (DDSTORE_NODE_LOCAL=0):
+ * the MPIs in use need the target inside MPI to serve a get (measured:
+ * Open MPI's osc/pt2pt and osc/ucx over TCP, MPICH without
+ * MPICH_ASYNC_PROGRESS). A bad argument on one rank then fails the read on
+ * every rank ("rank k: ..."), and unequal numbers of calls give an error
+ * (see "Collective tags" above), never a hang. Where the whole group shares
+ * node memory every read is a memcpy and needs no collective: a bad
+ * argument fails on that rank only, and unequal numbers of calls work.
+ * Methods 1 and 2: not collective, thread-safe. */
 DDS_API int dds_get_batch(dds_store *store, const char *name, void *out,
                           const int64_t *rows, int64_t nrows);
 
@@ -260,10 +306,23 @@ DDS_API int dds_get_ranges(dds_store *store, const char *name, void *out,
                            const int64_t *starts, const int64_t *counts,
                            int64_t nranges);
 
+/* Take part in the group's collective read (see dds_get_batch) as a read
+ * that failed on this rank with `code` (a negative DDS_E* code; DDS_EINVAL
+ * when not negative) and `message`, for a caller that found its arguments
+ * bad before calling dds_get_batch: every rank of the group then fails that
+ * read with this code and "rank k: message" instead of waiting for this
+ * rank or seeing an unrelated error. Where reads are not collective it only
+ * records the error here. Returns `code` on this rank (or the agreed error
+ * of a lower failing rank). Group-collective like dds_get_batch. Since
+ * ABI 1.1 (symbol version DDSTORE_1.1). */
+DDS_API int dds_read_fail(dds_store *store, int code, const char *message);
+
 /* Begin / end an access epoch, for code written against the original
  * DDStore whose get() calls sit between them. Calls must pair up and be made
  * the same number of times on every rank. No-ops apart from the
- * synchronisation for methods 1 and 2.
+ * synchronisation for methods 1 and 2. A rank in dds_epoch_end() while
+ * another is still reading fails with DDS_EMISMATCH on both (see
+ * "Collective tags" above).
  * Collective over the group. */
 DDS_API int dds_epoch_begin(dds_store *store);
 DDS_API int dds_epoch_end(dds_store *store);

@@ -8,6 +8,9 @@ import time
 import numpy as np
 import torch
 
+from pyddstore import DDStoreRangeError
+from pyddstore._errors import DDS_ERANGE
+
 from . import _dtypes
 from . import _progress
 from . import _structure as st
@@ -305,15 +308,14 @@ class _StoreDataset(torch.utils.data.Dataset):
         cols = {}
         batch = _batch_get_enabled()
         if bad is not None:
-            if batch and self._collective:
-                # method 0: the other ranks of the group are in this read too;
-                # take part with no rows so they complete, then fail here only.
-                for k in keys:
-                    spec = self._structure.by_key[k]
-                    self._store.get_batch(self._var_name(k), np.empty((0,) + spec.shape, spec.dtype),
-                                          np.empty(0, np.int64))
-            raise IndexError(f"sample index {bad} out of range for dataset {self._name!r} of "
+            err = IndexError(f"sample index {bad} out of range for dataset {self._name!r} of "
                              f"{self._len} samples")
+            if batch and self._collective and keys:
+                # method 0: the other ranks of the group are in this read too; they
+                # raise this error with us ("rank k: ...") instead of waiting.
+                err = DDStoreRangeError(str(err), DDS_ERANGE)
+                self._store.fail_read(err)
+            raise err
         for k in keys:
             spec = self._structure.by_key[k]
             col = self._out_column(out, k, n) if out is not None else self._host_buffer(spec, n)
@@ -607,7 +609,6 @@ class DistDataset(_StoreDataset):
         from pyddstore import PyDDStore
 
         self._store = None
-        self._ctl_comm = None
         self._name = name
         self._init_reading()
         if comm is None:
@@ -674,11 +675,6 @@ class DistDataset(_StoreDataset):
             self._load(store, comm, source, encode, fields, chunk_size, what, progress)
             self._log_loaded(store, time.perf_counter() - t0)
             self._collective = store.method == 0
-            if self._collective:
-                # A communicator of our own for ThreadDataLoader's agreement on
-                # how many collective reads to finish when an epoch is cut short
-                # (the store's own communicator may be in use by a read then).
-                self._ctl_comm = store.group_comm.Dup()
         except BaseException:
             try:
                 store.free()
@@ -883,11 +879,6 @@ class DistDataset(_StoreDataset):
         if bar is not None and m > done:
             bar.update(m - done)
         return out
-
-    def _free_extra(self):
-        if self._ctl_comm is not None:
-            self._ctl_comm.Free()
-            self._ctl_comm = None
 
 
 def _difference(a, ia, b, ib):

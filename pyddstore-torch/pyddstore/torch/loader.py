@@ -82,34 +82,25 @@ class _Run:
             self.cond.wait_for(lambda: self.processed >= self.submitted)
 
     def drain(self):
-        """Finish the collective reads of a run cut short (method 0).
+        """Settle a run cut short (method 0): stop submitting and wait for the
+        reads this rank has in flight.
 
-        Collective over the dataset's group: every rank finishes the same
-        number of reads (the most any rank started), so no rank is left in a
-        read the others never make.
+        Not collective, so it never waits for a rank that is elsewhere (in
+        ds.free(), or still iterating): libddstore matches collective reads
+        one by one across ranks, whatever epoch they belong to, so the reads
+        in flight here complete as the other ranks read, and a rank in
+        ds.free() takes part in the reads the others still make. An agreement
+        here (an allreduce of the reads started) hung when a rank that had
+        finished its epoch was in ds.free() instead.
         """
         if self.finished:
             return
-        from mpi4py import MPI
-
         with self.cond:
             self.cancelled = True
+            self.sampler_done = True
             self.results.clear()
-        target = self.ordered_ds._ctl_comm.allreduce(self.submitted, op=MPI.MAX)
+            self.cond.notify_all()
         self.wait_processed()
-        # The reader thread is idle now; the remaining reads run here, in order.
-        while self.submitted < target and not self.sampler_done:
-            try:
-                index = next(self.sampler_iter)
-            except StopIteration:
-                self.sampler_done = True
-                break
-            self.submitted += 1
-            self.processed += 1
-            try:
-                self.core.fetch(self, index, None)
-            except Exception:  # noqa: BLE001 - the read happened; its result is not wanted
-                pass
         self.finished = True
         if self.ordered_ds._ordered_owner is self:
             self.ordered_ds._ordered_owner = None
@@ -421,7 +412,7 @@ class _ThreadIter(_BaseDataLoaderIter):
         """Stop this iterator: no more batches are fetched, those in flight are
         dropped, and next() raises StopIteration. Not collective; as after a
         break, reads of a method-0 DistDataset that some rank already started
-        are finished by the next iter(), close() or ds.free() of the loader."""
+        are waited for by the next iter() or close() of the loader."""
         run = getattr(self, "_run", None)
         if run is None or run.finished:
             return
@@ -434,9 +425,8 @@ class _ThreadIter(_BaseDataLoaderIter):
         self._closed = True
 
     def __del__(self):
-        # Not collective: stop collating this run's batches; a cut-short method-0
-        # run stays registered on its dataset and is drained by the next
-        # iter(), close() or free().
+        # Stop collating this run's batches; a cut-short method-0 run stays
+        # registered on its dataset and is settled by the next iter() or close().
         run = getattr(self, "_run", None)
         if run is not None and not run.finished and run.ordered_ds is None:
             with run.cond:
@@ -471,9 +461,13 @@ class ThreadDataLoader(DataLoader):
     With a method-0 DistDataset (collective reads) every read happens in one
     reader thread, in batch order, and collation runs in the worker threads;
     with methods 1/2 the workers read in parallel. Iterate one loader of a
-    method-0 dataset at a time. When an epoch is cut short (break), the next
-    iter(), close() or ds.free() first finishes, on every rank, the reads some
-    rank already started (collective then).
+    method-0 dataset at a time. An epoch cut short (break) on some ranks only
+    needs nothing from the others: the next iter() or close() waits for this
+    rank's reads in flight (they complete as the other ranks read), and
+    ds.free() takes part in the reads other ranks still make. Between a break
+    and the store's next other collective call (epoch_begin/end, sync, add)
+    ranks must have read the same number of batches, else every rank raises a
+    DDStoreError naming the ranks and their counts.
 
     reuse_buffers=True (dataset with alloc(), e.g. DistDataset): read every
     batch into one of a fixed pool of num_workers buffer sets from
@@ -548,9 +542,9 @@ class ThreadDataLoader(DataLoader):
         """Stop the worker threads.
 
         With reuse_buffers, waits for running fetches first, then unregisters
-        the buffer pool. Called on deletion. For a method-0 dataset whose epoch
-        was cut short it first finishes the reads other ranks started
-        (collective then).
+        the buffer pool. Called on deletion. Not collective: for a method-0
+        dataset whose epoch was cut short it waits for this rank's reads in
+        flight, which complete as the other ranks read (or free the dataset).
         """
         core = self._core
         if core is not None:

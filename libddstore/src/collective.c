@@ -1,0 +1,220 @@
+/* Tagged, bounded agreement: the first step of every group-collective call.
+ *
+ * Method-0 reads are group-collective where they need the target's help
+ * (measured: Open MPI's osc/pt2pt and osc/ucx over TCP, and MPICH without
+ * MPICH_ASYNC_PROGRESS, serve a passive-target MPI_Get only while the target
+ * is inside MPI). A plain MPI_Allreduce there turns the most common mistake
+ * of data-parallel code, one rank reading one batch more than the others,
+ * into a hang: that rank waits in its read for ever while the others wait
+ * in free(), in epoch_end() or in a collective of their own.
+ *
+ * So every group-collective call starts with one nonblocking allreduce that
+ * carries the kind of call each rank is in (and its error verdict), polled
+ * with a deadline. Two ranks in different calls meet in it (same
+ * communicator, same datatype, same operation), see the difference and
+ * raise together; a rank whose peers never arrive gives up after
+ * DDSTORE_COLLECTIVE_TIMEOUT_S instead of waiting for ever. A rank in
+ * free() that meets reads takes part in them, so unequal numbers of reads
+ * before free() simply work. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define DEFAULT_TIMEOUT_S 600.0
+
+static const char *kind_name(int kind)
+{
+    static const char *names[DDS_COLL_NKINDS] = {
+        "get_batch/get_ranges", "epoch_begin", "epoch_end", "sync", "add/init", "free",
+    };
+    return kind >= 0 && kind < DDS_COLL_NKINDS ? names[kind] : "?";
+}
+
+int dds_step_setup(dds_store *s)
+{
+    double t = DEFAULT_TIMEOUT_S;
+    const char *env = dds_env("DDSTORE_COLLECTIVE_TIMEOUT_S");
+    if (env) {
+        char *end;
+        t = strtod(env, &end);
+        if (end == env || *end != '\0' || !(t >= 0) || t > 1e9)
+            return dds_err(DDS_EINVAL,
+                           "DDSTORE_COLLECTIVE_TIMEOUT_S='%s' is not a number of seconds >= 0 "
+                           "(0: wait for ever)", env);
+    }
+    s->coll_timeout_ns = (uint64_t)(t * 1e9);
+    return DDS_OK;
+}
+
+static int timed_out(dds_store *s, int kind, const char *what)
+{
+    s->broken = true;
+    return dds_err(DDS_ETIMEDOUT,
+                   "rank %d: %s (%s %lld) waited %.0f s for %s; a rank "
+                   "probably stopped reading early or left the loop (every rank must call "
+                   "get_batch the same number of times). The store cannot be used any more. "
+                   "DDSTORE_COLLECTIVE_TIMEOUT_S sets this limit",
+                   s->rank, kind_name(kind),
+                   kind == DDS_COLL_READ ? "its collective read" : "after collective reads:",
+                   (long long)s->coll_reads + (kind == DDS_COLL_READ), (double)s->coll_timeout_ns * 1e-9,
+                   what);
+}
+
+/* Wait for n requests until the store's deadline. Spins first (the common
+ * case is a peer a few microseconds late), then yields, then sleeps, so a
+ * rank that waits long leaves the CPU to the others while still driving MPI
+ * progress (which its peers' reads may need). */
+int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const char *what)
+{
+    uint64_t t0 = dds_now_ns();
+    for (;;) {
+        int done = 0;
+        int mrc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (mrc != MPI_SUCCESS)
+            return dds_err_mpi(mrc, "MPI_Testall (collective step)");
+        if (done)
+            return DDS_OK;
+        uint64_t waited = dds_now_ns() - t0;
+        if (s->coll_timeout_ns && waited > s->coll_timeout_ns)
+            return timed_out(s, kind, what);
+        if (waited < 200000) {
+            continue;
+        } else if (waited < 20000000) {
+            sched_yield();
+        } else {
+            struct timespec ts = { 0, 200000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* Every rank's call and read count, in one message: "rank 0 in get_batch/
+ * get_ranges (read 5), ranks 1, 3 in free (after 4 reads)". Blocking: every
+ * rank of the group is known to be in this step. */
+static int describe_mismatch(dds_store *s, int kind)
+{
+    int n = s->group_size;
+    long long mine[2] = { kind, (long long)s->coll_reads }, *all = malloc((size_t)n * sizeof mine);
+    if (!all)
+        return dds_err(DDS_ENOMEM, "collective calls out of step (out of memory naming them)");
+    int mrc = MPI_Allgather(mine, 2, MPI_LONG_LONG, all, 2, MPI_LONG_LONG, s->group);
+    if (mrc != MPI_SUCCESS) {
+        free(all);
+        return dds_err_mpi(mrc, "MPI_Allgather (collective step)");
+    }
+    char msg[900];
+    size_t len = 0;
+    for (int k = 0; k < DDS_COLL_NKINDS; k++) {
+        int shown = 0, count = 0;
+        for (int g = 0; g < n; g++)
+            if (all[2 * g] == k)
+                count++;
+        if (!count)
+            continue;
+        len += (size_t)snprintf(msg + len, sizeof msg - len, "%s%s ", len ? "; " : "",
+                                count > 1 ? "ranks" : "rank");
+        for (int g = 0; g < n && len < sizeof msg - 64; g++) {
+            if (all[2 * g] != k)
+                continue;
+            if (shown == 6) {
+                len += (size_t)snprintf(msg + len, sizeof msg - len, ", ... (%d in all)", count);
+                break;
+            }
+            long long reads = all[2 * g + 1];
+            int world = s->group_index * s->width + g;
+            if (k == DDS_COLL_READ)
+                len += (size_t)snprintf(msg + len, sizeof msg - len, "%s%d (read %lld)",
+                                        shown ? ", " : "", world, reads + 1);
+            else
+                len += (size_t)snprintf(msg + len, sizeof msg - len, "%s%d (after %lld reads)",
+                                        shown ? ", " : "", world, reads);
+            shown++;
+        }
+        if (len < sizeof msg)
+            len += (size_t)snprintf(msg + len, sizeof msg - len, " in %s", kind_name(k));
+        if (len >= sizeof msg)
+            break;
+    }
+    free(all);
+    return dds_err(DDS_EMISMATCH,
+                   "collective calls of the store out of step in group %d: %s. Every rank of a "
+                   "group must call get_batch/get_ranges (method 0) the same number of times "
+                   "between the store's other collective calls",
+                   s->group_index, msg);
+}
+
+/* The lowest failing rank's code and message on every rank ("rank k: ..."). */
+static int spread_error(dds_store *s, int rc, int failing)
+{
+    char msg[1024];
+    int code = rc;
+    if (s->group_rank == failing) {
+        size_t len;
+        snprintf(msg, sizeof msg, "%s", dds_err_buf(&len));
+    }
+    int mrc = MPI_Bcast(&code, 1, MPI_INT, failing, s->group);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Bcast(msg, sizeof msg, MPI_CHAR, failing, s->group);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Bcast (collective step)");
+    msg[sizeof msg - 1] = '\0';
+    if (s->group_rank == failing)
+        return code;
+    int world = s->group_index * s->width + failing;
+    /* Messages that already name their rank (an agreement further down) keep it. */
+    if (strncmp(msg, "rank ", 5) == 0)
+        return dds_err(code, "%s", msg);
+    return dds_err(code, "rank %d: %s", world, msg);
+}
+
+int dds_step(dds_store *s, int kind, int rc, bool *served)
+{
+    if (served)
+        *served = false;
+    if (s->broken)
+        return dds_err(DDS_ESTATE, "an earlier collective call of this store timed out (its ranks "
+                                   "are out of step); the store cannot be used any more");
+    /* [k] = 1 when some rank is in a call of kind k; the last entry names
+     * the lowest failing rank (group_size - rank, 0 when none failed). One
+     * MPI_MAX allreduce serves every kind of call, so any two of them match. */
+    int in[DDS_COLL_NKINDS + 1] = { 0 }, out[DDS_COLL_NKINDS + 1];
+    in[kind] = 1;
+    in[DDS_COLL_NKINDS] = rc == DDS_OK ? 0 : s->group_size - s->group_rank;
+    MPI_Request req;
+    int mrc = MPI_Iallreduce(in, out, DDS_COLL_NKINDS + 1, MPI_INT, MPI_MAX, s->group, &req);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Iallreduce (collective step)");
+    int wrc = dds_wait_bounded(s, 1, &req, kind,
+                               "the other ranks of its group to make a collective call of this store");
+    if (wrc)
+        return wrc;
+    if (kind == DDS_COLL_READ)
+        s->coll_reads++;
+    int kinds = 0;
+    for (int k = 0; k < DDS_COLL_NKINDS; k++)
+        kinds += out[k];
+    int failing = out[DDS_COLL_NKINDS] ? s->group_size - out[DDS_COLL_NKINDS] : -1;
+    if (kinds > 1) {
+        if (kinds == 2 && out[DDS_COLL_READ] && out[DDS_COLL_FREE]) {
+            /* free() meets reads: the freeing ranks have just served them;
+             * the readers' result stands as if every rank had read. */
+            if (kind == DDS_COLL_FREE) {
+                s->coll_reads++;
+                *served = true;
+            }
+            int arc = failing >= 0 ? spread_error(s, rc, failing) : DDS_OK;
+            return kind == DDS_COLL_FREE ? DDS_OK : arc;
+        }
+        if (kind == DDS_COLL_READ)
+            s->coll_reads--; /* name the read by its number, not after it */
+        int drc = describe_mismatch(s, kind);
+        if (kind == DDS_COLL_READ)
+            s->coll_reads++;
+        return drc;
+    }
+    return failing >= 0 ? spread_error(s, rc, failing) : DDS_OK;
+}
