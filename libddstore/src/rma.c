@@ -227,17 +227,15 @@ void dds_shard_release(dds_store *s, dds_var *v)
     v->base = NULL;
 }
 
-int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
+/* One plain MPI_Get per transfer, split at 2^30 bytes (counts are int). */
+static int rma_get_each(dds_var *v, const dds_read_op *ops, size_t nops)
 {
-    (void)s;
-    if (v->win == MPI_WIN_NULL)
-        return dds_err(DDS_ESTATE, "variable '%s': no RMA window for a remote shard", v->name);
     for (size_t i = 0; i < nops; i++) {
         char *dst = ops[i].dst;
         MPI_Aint src = (MPI_Aint)ops[i].src_offset;
         int64_t left = ops[i].len;
         while (left > 0) {
-            int n = left > (1 << 30) ? (1 << 30) : (int)left; /* counts are int */
+            int n = left > (1 << 30) ? (1 << 30) : (int)left;
             int mrc = MPI_Get(dst, n, MPI_BYTE, ops[i].owner, src, n, MPI_BYTE, v->win);
             if (mrc != MPI_SUCCESS)
                 return dds_err_mpi(mrc, "MPI_Get");
@@ -246,6 +244,95 @@ int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
             left -= n;
         }
     }
+    return DDS_OK;
+}
+
+/* Transfers of one owner, each under 2^30 bytes, as ONE MPI_Get: an
+ * hindexed datatype over the destinations (absolute addresses, from
+ * MPI_BOTTOM) and one over the shard offsets. Small remote rows cost per
+ * MPI_Get (per-request matching and completion in the osc component), not
+ * per byte, so a batch of rows of one owner becomes one request. Local;
+ * the caller completes it with a flush. */
+static int rma_get_indexed(dds_var *v, const dds_read_op *ops, size_t n, int *lens, MPI_Aint *odisp,
+                           MPI_Aint *tdisp)
+{
+    int owner = ops[0].owner;
+    for (size_t i = 0; i < n; i++) {
+        lens[i] = (int)ops[i].len;
+        tdisp[i] = (MPI_Aint)ops[i].src_offset;
+        int mrc = MPI_Get_address(ops[i].dst, &odisp[i]);
+        if (mrc != MPI_SUCCESS)
+            return dds_err_mpi(mrc, "MPI_Get_address");
+    }
+    MPI_Datatype ot = MPI_DATATYPE_NULL, tt = MPI_DATATYPE_NULL;
+    int mrc = MPI_Type_create_hindexed((int)n, lens, odisp, MPI_BYTE, &ot);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Type_commit(&ot);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Type_create_hindexed((int)n, lens, tdisp, MPI_BYTE, &tt);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Type_commit(&tt);
+    int rc = mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Type_create_hindexed");
+    if (rc == DDS_OK) {
+        mrc = MPI_Get(MPI_BOTTOM, 1, ot, owner, 0, 1, tt, v->win);
+        if (mrc != MPI_SUCCESS)
+            rc = dds_err_mpi(mrc, "MPI_Get (indexed)");
+    }
+    /* Freeing a datatype is allowed while an operation using it is pending. */
+    if (ot != MPI_DATATYPE_NULL)
+        MPI_Type_free(&ot);
+    if (tt != MPI_DATATYPE_NULL)
+        MPI_Type_free(&tt);
+    return rc;
+}
+
+/* Whether runs of one owner go as one indexed MPI_Get
+ * (DDSTORE_RMA_INDEXED, default on; 0 gives one MPI_Get per transfer, for
+ * comparison). Read once. */
+static bool rma_indexed_enabled(void)
+{
+    static _Atomic int cached = -1;
+    int c = atomic_load(&cached);
+    if (c < 0) {
+        c = dds_env_flag("DDSTORE_RMA_INDEXED", true) ? 1 : 0;
+        atomic_store(&cached, c);
+    }
+    return c == 1;
+}
+
+int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
+{
+    (void)s;
+    if (v->win == MPI_WIN_NULL)
+        return dds_err(DDS_ESTATE, "variable '%s': no RMA window for a remote shard", v->name);
+    int rc = DDS_OK;
+    int *lens = NULL;
+    MPI_Aint *disp = NULL;
+    bool indexed = rma_indexed_enabled() && nops > 1;
+    if (indexed) {
+        lens = malloc(nops * sizeof *lens);
+        disp = malloc(2 * nops * sizeof *disp);
+        if (!lens || !disp)
+            indexed = false; /* per-transfer gets need no scratch memory */
+    }
+    /* ops come grouped by owner: each run of small transfers of one owner
+     * is one request. */
+    for (size_t i = 0; rc == DDS_OK && i < nops;) {
+        size_t j = i;
+        while (j < nops && ops[j].owner == ops[i].owner && ops[j].len > 0 && ops[j].len <= (1 << 30))
+            j++;
+        if (indexed && j - i > 1) {
+            rc = rma_get_indexed(v, ops + i, j - i, lens, disp, disp + nops);
+            i = j;
+        } else {
+            rc = rma_get_each(v, ops + i, 1);
+            i++;
+        }
+    }
+    free(lens);
+    free(disp);
+    if (rc)
+        return rc;
     int mrc = MPI_Win_flush_all(v->win);
     if (mrc != MPI_SUCCESS)
         return dds_err_mpi(mrc, "MPI_Win_flush_all");
