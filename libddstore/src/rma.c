@@ -288,17 +288,9 @@ static int rma_get_indexed(dds_var *v, const dds_read_op *ops, size_t n, int *le
 
 /* Whether runs of one owner go as one indexed MPI_Get
  * (DDSTORE_RMA_INDEXED, default on; 0 gives one MPI_Get per transfer, for
- * comparison). Read once. */
-static bool rma_indexed_enabled(void)
-{
-    static _Atomic int cached = -1;
-    int c = atomic_load(&cached);
-    if (c < 0) {
-        c = dds_env_flag("DDSTORE_RMA_INDEXED", true) ? 1 : 0;
-        atomic_store(&cached, c);
-    }
-    return c == 1;
-}
+ * comparison). Read at every call: getenv costs nothing next to MPI_Get,
+ * and a benchmark can compare both ways in one process. */
+static bool rma_indexed_enabled(void) { return dds_env_flag("DDSTORE_RMA_INDEXED", true); }
 
 int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
 {

@@ -784,8 +784,8 @@ class PyDDStore:
         complete on return. `start` may be a numpy integer."""
         # Fast path for the original DDStore's loop (one get() per sample, the same output
         # array every time): a known variable, a writable C-contiguous ndarray whose layout
-        # already passed the checks below, a Python int start. O(1) checks in Python;
-        # libddstore checks the row range itself (DDS_ERANGE).
+        # already passed the checks below, a Python int start inside the variable. O(1)
+        # checks only; anything else takes the checked path below.
         # The layout test is by identity (dtype objects of one type are shared), cheaper
         # than hashing into v.layouts; ctypes.byref(from_buffer) is the cheapest way to the
         # data address (arr.ctypes.data costs more than the C call).
@@ -793,10 +793,11 @@ class PyDDStore:
         if (v is not None and type(arr) is np.ndarray and type(start) is int
                 and arr.dtype is v.get_dtype and arr.shape[1:] == v.get_tail and arr.shape[0]):
             f = arr.flags
-            if f.c_contiguous and f.writeable:
+            n = arr.shape[0]
+            # ctypes truncates an int beyond int64 silently: the range is checked here.
+            if f.c_contiguous and f.writeable and 0 <= start <= v.global_rows - n:
                 with self._h as ptr:
-                    rc = _c.dds_get(ptr, v.bname, ctypes.byref(_Byte.from_buffer(arr)), start,
-                                    arr.shape[0])
+                    rc = _c.dds_get(ptr, v.bname, ctypes.byref(_Byte.from_buffer(arr)), start, n)
                 if rc:
                     self._raise(rc)
                 return
