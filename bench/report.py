@@ -2,7 +2,7 @@
 
     python bench/report.py [DIR]      # default bench/results; writes DIR/summary.md, DIR/summary.png
 
-Reads the JSON files the B1-B4 and B6 scripts wrote, checks the issue's targets (ratios to baselines
+Reads the JSON files the B1-B6 scripts wrote, checks the issues' targets (ratios to baselines
 measured in the same run) and says which are met, by how much the others are missed.
 """
 
@@ -17,6 +17,9 @@ TARGETS = {
     "b2_ceiling": 0.5, "b2_inmem": 1.0, "b2_batched": 3.0, "b2_torch_dl": 5.0,
     "b3_build": 0.5, "b3_rss": 1.10,
     "b6_pyg_1": 1.5, "b6_pyg_2": 1.0, "b6_per_sample": 5.0,
+    # issue 15
+    "b1b_vs_original": 2.0,
+    "b5_m12_64": 0.1, "b5_m12_512": 0.5, "b5_m12_4096": 0.8, "b5_m0_vs_m1": 0.5, "b5_loader": 0.5,
 }
 
 
@@ -196,6 +199,114 @@ def b3_section(docs, lines, summary):
     lines.append("")
 
 
+def b1b_section(docs, lines, summary):
+    if "b1b" not in docs:
+        return
+    doc = docs["b1b"]
+    m = doc["machine"]
+    cpu = loaded(doc)
+    share = min(1.0, m["cores"] / m["ranks"])  # cores per rank when the ranks share them
+    lines += [f"### B1b original-API loop: 256 x get() of one row between epoch_begin/epoch_end, "
+              f"{m['ranks']} ranks", "", machine_line(doc), ""]
+    if cpu:
+        lines += [f"Machine busier than its cores: the verdict uses the CPU-time rate scaled to the "
+                  f"cores the ranks share (x{share:.2f}: {m['ranks']} ranks on {m['cores']} cores), "
+                  "i.e. what the same loops would give on this machine without other jobs.", ""]
+    lines += ["| row bytes | variant | k samples/s (all ranks, wall) | k samples/s (CPU-time rate) | "
+              "get_loop / this (wall / CPU) | vs original (target) | verdict |",
+              "|---|---|---|---|---|---|---|"]
+    for r in doc["results"]:
+        vs, v, shown = None, "-", "-"
+        if "original_samples_per_s" in r:
+            vs = (r["samples_per_s_cpu"] * share / r["original_samples_per_s"]) if cpu else r["vs_original"]
+            tgt = TARGETS["b1b_vs_original"]
+            v = verdict(vs, tgt)
+            shown = f"{fmt(vs, 2)} ({tgt})"
+            summary.append((f"B1b {r['row_bytes']} B get() loop vs the original DDStore "
+                            f"({r['original_samples_per_s'] / 1e3:.0f}k/s)"
+                            f"{' (CPU time: machine loaded)' if cpu else ''}", vs, tgt, v))
+        lines.append(f"| {r['row_bytes']} | {r['variant']} | {r['samples_per_s'] / 1e3:.1f} | "
+                     f"{r['samples_per_s_cpu'] / 1e3:.1f} | {fmt(r['ratio_get_loop'])} / "
+                     f"{fmt(r['ratio_get_loop_cpu'])} | {shown} | {v} |")
+    for note in doc["notes"]:
+        lines.append(f"- {note}")
+    lines.append("- The original DDStore cannot be installed here: its rates are issue 15's figures "
+                 "(389k/s at 64 B, 305k/s at 4 KiB, 4 ranks on this machine type), not this run's.")
+    lines.append("")
+
+
+def b5_section(docs, lines, summary):
+    link = docs.get("b5_link")
+    if link is None and "b5" not in docs:
+        return
+    lines += ["### B5 remote reads across simulated hosts (2 hosts x 2 ranks)", ""]
+    if link and "not_measured" in link:
+        lines += [f"Not measured: {link['not_measured']}.", ""]
+        summary.append(("B5 remote reads across hosts", None, "-", "not measured"))
+        return
+    if "b5" not in docs:
+        lines += ["Not measured: b5_remote.py wrote no results (see the run's log).", ""]
+        summary.append(("B5 remote reads across hosts", None, "-", "not measured"))
+        return
+    doc = docs["b5"]
+    ip = link["iperf3_bytes_per_s"] if link else None
+    lines += [machine_line(doc), ""]
+    if link:
+        lines += [f"Link, same run: iperf3 one TCP stream {link['iperf3_1to2_bytes_per_s'] / 1e6:.0f} MB/s "
+                  f"(host 1 -> 2), {link['iperf3_2to1_bytes_per_s'] / 1e6:.0f} MB/s (2 -> 1), "
+                  f"{link.get('iperf3_1to2_after_bytes_per_s', 0) / 1e6:.0f} MB/s after the runs; "
+                  f"fi_pingpong (libfabric tcp, 64 KiB messages, one in flight) "
+                  f"{link['fi_pingpong_64k_bytes_per_s'] / 1e6:.0f} MB/s. Ratios below are to the mean "
+                  f"iperf3 figure before the runs ({ip / 1e6:.0f} MB/s); every rank reads at once, both "
+                  f"directions. Load average {link['loadavg_before'][0]:.1f} before, "
+                  f"{link.get('loadavg_after', [float('nan')])[0]:.1f} after.", ""]
+    lines += ["| part | config | row bytes | us/call | MB/s (all ranks) | ratio to iperf3 | target | verdict |",
+              "|---|---|---|---|---|---|---|---|"]
+    rs = doc["results"]
+    for r in rs:
+        if r["part"] == "ceiling":
+            lines.append(f"| ceiling: one contiguous {r['bytes'] >> 20} MiB read | {r['variant']} | - | - | "
+                         f"{r['agg_bytes_per_s'] / 1e6:.1f} | {fmt(r['ratio_iperf3'])} | - | - |")
+    by = {(r["config"], r["row_bytes"]): r for r in rs if r["part"] == "get_batch"}
+    for (cfg, rb), r in sorted(by.items(), key=lambda t: (t[0][1], t[0][0])):
+        tgt, val = None, r["ratio_iperf3"]
+        if cfg in ("m1_tcp", "m2_tcp"):
+            tgt = TARGETS.get(f"b5_m12_{rb}")
+        v = verdict(val, tgt) if tgt else "-"
+        lines.append(f"| get_batch K={r['k']}, rows on the other host | {cfg} | {rb} | {r['us_per_call']:.0f} | "
+                     f"{r['agg_bytes_per_s'] / 1e6:.1f} | {fmt(val)} | {tgt if tgt else '-'} | {v} |")
+        if tgt:
+            summary.append((f"B5 {cfg} {rb} B remote get_batch vs iperf3", val, tgt, v))
+    for (cfg, rb), r in sorted(by.items(), key=lambda t: t[0][1]):
+        if cfg == "m0" and ("m1_tcp", rb) in by:
+            ratio = r["agg_bytes_per_s"] / by[("m1_tcp", rb)]["agg_bytes_per_s"]
+            tgt = TARGETS["b5_m0_vs_m1"]
+            v = verdict(ratio, tgt)
+            lines.append(f"| method 0 / method 1 | m0 vs m1_tcp | {rb} | - | - | {fmt(ratio)} (m0/m1) | {tgt} | {v} |")
+            summary.append((f"B5 m0 vs m1_tcp {rb} B remote get_batch", ratio, tgt, v))
+    l2, l1 = docs.get("b5_loader_2x2"), docs.get("b5_loader_1x4")
+    if l2 and l1:
+        one = {r["config"]: r for r in l1["results"]}
+        for r in l2["results"]:
+            base = one.get(r["config"])
+            if not base:
+                continue
+            ratio = r["samples_per_s_per_rank"] / base["samples_per_s_per_rank"]
+            tgt = TARGETS["b5_loader"]
+            v = verdict(ratio, tgt)
+            lines.append(f"| loader {r['sample_bytes']} B, across 2 hosts / on 1 host (4 ranks each) | {r['config']} | "
+                         f"- | - | {r['samples_per_s_per_rank'] / 1e3:.1f}k vs {base['samples_per_s_per_rank'] / 1e3:.1f}k "
+                         f"samples/s/rank | {fmt(ratio)} (2 hosts / 1 host) | {tgt} | {v} |")
+            summary.append((f"B5 loader {r['config']} 520 B across 2 hosts vs 1 host", ratio, tgt, v))
+        for note in l2["notes"] + l1["notes"]:
+            lines.append(f"- {note}")
+    for note in doc["notes"]:
+        lines.append(f"- {note}")
+    lines.append("- All simulated hosts share this machine's cores: the link and the stores compete for "
+                 "them, so on a loaded machine ratios to iperf3 understate what separate hosts give.")
+    lines.append("")
+
+
 def b4_section(docs, lines):
     b4 = [v for k, v in sorted(docs.items()) if k.startswith("b4_")]
     if not b4:
@@ -259,7 +370,7 @@ def plot(docs, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig, axes = plt.subplots(3, 2, figsize=(13, 13))
     ax = axes[0][0]
     if "b1" in docs:
         rs = [r for r in docs["b1"]["results"] if r["baseline"] == "np.take"]
@@ -319,6 +430,37 @@ def plot(docs, path):
         ax.set_ylabel("ratio to local baseline")
         ax.set_title("B4 scaling")
         ax.legend(fontsize=7)
+    ax = axes[2][0]
+    if "b1b" in docs:
+        rs = docs["b1b"]["results"]
+        variants = list(dict.fromkeys(r["variant"] for r in rs))
+        sizes = sorted({r["row_bytes"] for r in rs})
+        for i, var in enumerate(variants):
+            vals = [next(r["samples_per_s_cpu"] for r in rs if r["row_bytes"] == b and r["variant"] == var) / 1e3
+                    for b in sizes]
+            ax.bar([j + (i - 2) * 0.16 for j in range(len(sizes))], vals, 0.16, label=var)
+        for b, orig in ((64, 389), (4096, 305)):
+            if b in sizes:
+                j = sizes.index(b)
+                ax.hlines(2 * orig, j - 0.45, j + 0.45, colors="red", linestyles="--")
+        ax.set_xticks(range(len(sizes)), [f"{b} B" for b in sizes])
+        ax.set_yscale("log")
+        ax.set_ylabel("k samples per CPU-second, all ranks")
+        ax.set_title("B1b one get() per sample (red: 2x the original's rate)", fontsize=9)
+        ax.legend(fontsize=7)
+    ax = axes[2][1]
+    if "b5" in docs:
+        rs = [r for r in docs["b5"]["results"] if r["part"] == "get_batch"]
+        for cfg in dict.fromkeys(r["config"] for r in rs):
+            pts = sorted((r["row_bytes"], r["ratio_iperf3"] or 0) for r in rs if r["config"] == cfg)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=cfg)
+        ax.plot([64, 512, 4096], [0.1, 0.5, 0.8], "r--", lw=0.8, label="target (methods 1/2)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("row bytes")
+        ax.set_ylabel("aggregate remote read rate / iperf3")
+        ax.set_title("B5 remote-only get_batch K=256, 2 hosts x 2 ranks", fontsize=9)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -334,10 +476,12 @@ def main():
     b3_section(docs, lines, summary)
     b4_section(docs, lines)
     b6_section(docs, lines, summary)
+    b1b_section(docs, lines, summary)
+    b5_section(docs, lines, summary)
     head = ["# pyddstore benchmark summary", "",
             "Every figure is a ratio to a baseline measured in the same run (medians over repeats; "
             "ratios > 1 mean pyddstore is faster). Produced by `bench/run.sh`; raw data in the JSON "
-            "files beside this one.", "", "## Targets (issue 7; B6: issue 16)", "",
+            "files beside this one.", "", "## Targets (issues 7, 15 and 16)", "",
             "| target | measured | goal | verdict |", "|---|---|---|---|"]
     for label, val, tgt, v in summary:
         head.append(f"| {label} | {fmt(val)} | {tgt} | {v} |")

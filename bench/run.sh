@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole benchmark suite (B1-B4, B6 + the Petastorm peers) under mpiexec and write
+# Run the whole benchmark suite (B1-B6 + the Petastorm peers) under mpiexec and write
 # bench/results/*.json, bench/results/summary.md and bench/results/summary.png.
 #
 #   bench/run.sh [--quick] [--no-petastorm] [--out DIR]
@@ -62,6 +62,9 @@ if [ -z "$quick" ]; then
   mpirun_ 2 200 bench/b1_get_batch.py --out "$out/b1_n2.json" --methods m0_shm m0_rma
 fi
 
+# B1b: the original DDStore's loop, one get() per sample between epochs (4 ranks).
+mpirun_ 4 300 bench/b1b_get_loop.py --out "$out/b1b.json" $quick
+
 # B2: the store and the in-memory baselines (2 ranks); it also writes the Parquet copies.
 dims="128 1024"; [ -n "$quick" ] && dims="128"
 # shellcheck disable=SC2086
@@ -106,6 +109,9 @@ if "$py" -c "import torch_geometric" >/dev/null 2>&1; then
 else
   echo "bench: torch_geometric not installed: B6 skipped" >&2
 fi
+# B5: remote reads across 2 simulated hosts (needs root and tests/cluster; otherwise it
+# records why it was not measured).
+bash bench/b5.sh --out "$out" $quick || echo "bench: B5 failed (see above)" >&2
 
 echo "bench: done in $(( $(date +%s) - t_start )) s, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$py" bench/report.py "$out"

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,8 +44,13 @@
 
 /* Oldest libfabric API whose semantics this file relies on (mr_mode bits). */
 #define FAB_API_VERSION FI_VERSION(1, 10)
-/* Operations one read call keeps in flight at most. */
-#define MAX_INFLIGHT 64
+/* Operations one read call keeps in flight at most by default, and at
+ * most with DDSTORE_FABRIC_INFLIGHT. */
+#define MAX_INFLIGHT 256
+#define MAX_INFLIGHT_LIMIT 4096
+/* Transfers one fi_readmsg carries at most (bounded by the provider's
+ * rma_iov_limit and iov_limit). */
+#define MAX_IOV 16
 /* Memory registration modes this file knows how to honour. */
 #define SUPPORTED_MR_MODE \
     (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
@@ -76,6 +82,7 @@ struct dds_fabric {
     uint64_t mr_mode;
     size_t max_msg;
     int inflight;      /* per read call */
+    int iov;           /* transfers per read operation (fi_readmsg when > 1) */
     bool local_mr;     /* destinations must be registered (FI_MR_LOCAL, or forced) */
     _Atomic uint64_t next_key;
     pthread_mutex_t cq_lock; /* one thread drains the initiator CQ at a time */
@@ -92,6 +99,7 @@ struct dds_fabric {
     bool thread_started;
     pthread_t thread;
     _Atomic int stop;
+    pthread_mutex_t progress_lock; /* held by the progress thread while it drives the target */
 
     /* method 2 */
     int method;
@@ -342,6 +350,7 @@ static void fab_init_struct(struct dds_fabric *F)
     pthread_mutex_init(&F->cq_lock, NULL);
     pthread_mutex_init(&F->read_lock, NULL);
     pthread_mutex_init(&F->attach_lock, NULL);
+    pthread_mutex_init(&F->progress_lock, NULL);
     /* Readers hold recv_lock for a whole read call; with glibc's default
      * (readers first) a thread registering a buffer while others read
      * back to back waits for ever (seen: 0 reads in 3 s for the threads
@@ -354,6 +363,21 @@ static void fab_init_struct(struct dds_fabric *F)
     pthread_rwlock_init(&F->recv_lock, &ra);
     pthread_rwlockattr_destroy(&ra);
     atomic_store(&F->next_key, 1);
+}
+
+/* A positive count from environment variable `name` (at most `max`), else `dflt`. */
+static size_t env_count(const char *name, size_t dflt, size_t max)
+{
+    const char *e = dds_env(name);
+    if (!e)
+        return dflt;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (end == e || *end != '\0' || v < 1 || (unsigned long)v > max) {
+        dds_debug("%s='%s' is not a count in [1, %zu]; using %zu", name, e, max, dflt);
+        return dflt;
+    }
+    return (size_t)v;
 }
 
 /* Open fabric, domain and the initiator endpoint for provider `prov`. */
@@ -374,10 +398,26 @@ static int open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_for
     F->max_msg = F->info->ep_attr->max_msg_size ? F->info->ep_attr->max_msg_size : SIZE_MAX;
     if (F->max_msg > ((size_t)1 << 30))
         F->max_msg = (size_t)1 << 30; /* bounded chunks keep any single transfer modest */
+    /* Small remote rows cost per operation, not per byte (tcp: a request
+     * and a reply through the target's progress thread each): several
+     * rows of one owner ride in one fi_readmsg, and many operations stay
+     * in flight (measured in bench/b5_remote.py). */
     size_t tx = F->info->tx_attr->size ? F->info->tx_attr->size : MAX_INFLIGHT;
-    F->inflight = (int)(tx < MAX_INFLIGHT ? tx : MAX_INFLIGHT);
+    size_t want = env_count("DDSTORE_FABRIC_INFLIGHT", MAX_INFLIGHT, MAX_INFLIGHT_LIMIT);
+    F->inflight = (int)(tx < want ? tx : want);
     if (F->inflight < 1)
         F->inflight = 1;
+    size_t iov = F->info->tx_attr->rma_iov_limit;
+    if (F->info->tx_attr->iov_limit < iov)
+        iov = F->info->tx_attr->iov_limit;
+    /* shm copies a single-transfer read inside fi_read, but hands a
+     * multi-transfer one to the target's progress thread (measured: 1 ms
+     * per operation, the poll interval): one transfer per read there. */
+    bool is_shm = strcmp(F->prov, "shm") == 0;
+    size_t iov_want = env_count("DDSTORE_FABRIC_IOV", is_shm ? 1 : MAX_IOV, MAX_IOV);
+    F->iov = (int)(iov < iov_want ? iov : iov_want);
+    if (F->iov < 1)
+        F->iov = 1;
     F->local_mr = (F->mr_mode & FI_MR_LOCAL) || dds_env_flag("DDSTORE_FABRIC_MR_LOCAL", false);
     /* Concurrent reads: with shm every fi_read is a CPU copy made inside the
      * call, so threads only contend for the provider's spin locks (measured:
@@ -484,21 +524,40 @@ static void *progress_main(void *arg)
     struct fi_cq_entry e[8];
     while (!atomic_load(&F->stop)) {
         ssize_t n;
+        pthread_mutex_lock(&F->progress_lock);
         if (F->progress == PROGRESS_WAIT)
             n = fi_cq_sread(F->t_cq, e, 8, NULL, 1000);
-        else {
+        else
             n = fi_cq_read(F->t_cq, e, 8);
-            if (n == -FI_EAGAIN)
-                sleep_s((double)F->poll_us * 1e-6);
-        }
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry ee;
             memset(&ee, 0, sizeof ee);
             if (fi_cq_readerr(F->t_cq, &ee, 0) == 1)
                 dds_debug("fabric: target completion error: %s", fi_strerror(ee.err));
         }
+        pthread_mutex_unlock(&F->progress_lock);
+        if (n == -FI_EAGAIN && F->progress == PROGRESS_POLL)
+            sleep_s((double)F->poll_us * 1e-6);
     }
     return NULL;
+}
+
+/* Wait until the progress thread is between two passes: a reply it was
+ * sending from a shard (tcp sends read data from inside the target's
+ * progress call) is out of the shard then, so the shard can be released.
+ * A blocking wait is cut short with fi_cq_signal. */
+static void quiesce_progress(struct dds_fabric *F)
+{
+    if (!F->thread_started)
+        return;
+    /* trylock: the thread takes the lock again right after each pass, and
+     * a plain lock could lose that race to a 1 s wait every time. */
+    while (pthread_mutex_trylock(&F->progress_lock) != 0) {
+        if (F->progress == PROGRESS_WAIT)
+            fi_cq_signal(F->t_cq);
+        sleep_s(50e-6);
+    }
+    pthread_mutex_unlock(&F->progress_lock);
 }
 
 static int start_progress(struct dds_fabric *F)
@@ -591,6 +650,7 @@ static void fab_free(struct dds_fabric *F)
     pthread_mutex_destroy(&F->cq_lock);
     pthread_mutex_destroy(&F->read_lock);
     pthread_mutex_destroy(&F->attach_lock);
+    pthread_mutex_destroy(&F->progress_lock);
     pthread_rwlock_destroy(&F->recv_lock);
     free(F);
 }
@@ -816,11 +876,11 @@ int dds_fab_open(dds_store *s)
     }
     s->fab = F;
     if (s->group_rank == 0)
-        dds_debug("fabric: provider %s (fabric %s, domain %s), mr_mode 0x%llx, %d in flight, "
+        dds_debug("fabric: provider %s (fabric %s, domain %s), mr_mode 0x%llx, %d in flight, %d per read, "
                   "concurrent reads: %s, target progress: %s%s%s",
                   F->prov, F->info->fabric_attr->name ? F->info->fabric_attr->name : "?",
                   F->info->domain_attr->name ? F->info->domain_attr->name : "?",
-                  (unsigned long long)F->mr_mode, F->inflight, F->serialize ? "serialized" : "shared endpoint",
+                  (unsigned long long)F->mr_mode, F->inflight, F->iov, F->serialize ? "serialized" : "shared endpoint",
                   progress_name(F->progress),
                   s->method == 2 ? ", handshake in " : "", s->method == 2 ? F->pubdir : "");
     return DDS_OK;
@@ -933,6 +993,8 @@ void dds_fab_var_release(dds_store *s, dds_var *v)
             var_file_name(FV->index, fname);
             unlinkat(F->dirfd, fname, 0);
         }
+        if (F)
+            quiesce_progress(F);
     }
     if (FV->mr)
         fi_close(&FV->mr->fid);
@@ -971,8 +1033,12 @@ typedef struct read_slot {
     struct read_batch *batch;
     _Atomic int busy;
     int owner;
-    int64_t offset;
-    size_t len;
+    int64_t offset; /* of the first transfer, for error messages */
+    size_t len;     /* of all transfers */
+    int niov;
+    struct iovec iov[MAX_IOV];
+    struct fi_rma_iov rma[MAX_IOV];
+    void *desc[MAX_IOV];
 } read_slot;
 
 /* One read call's operations. On the heap: a reader whose core group has
@@ -983,6 +1049,7 @@ typedef struct read_batch {
     _Atomic uint64_t completions; /* progress, for the read deadline */
     int err;            /* first failure (written under cq_lock) */
     char msg[512];
+    int nslots;
     read_slot slots[];
 } read_batch;
 
@@ -1106,7 +1173,7 @@ static bool stalled(struct dds_fabric *F, waiter *w, read_batch *b)
 static int read_timed_out(struct dds_fabric *F, read_batch *b)
 {
     int owner = -1;
-    for (int i = 0; i < F->inflight && owner < 0; i++)
+    for (int i = 0; i < b->nslots && owner < 0; i++)
         if (atomic_load(&b->slots[i].busy))
             owner = b->slots[i].owner;
     /* The provider still holds the operations: the endpoint cannot be
@@ -1206,82 +1273,173 @@ static int register_call_dsts(struct dds_fabric *F, const dds_read_op *ops, size
     return DDS_OK;
 }
 
+/* Operations needed for `ops`: transfers of one owner that each fit in
+ * one message share an operation, up to F->iov of them; longer ones are
+ * split at max_msg. */
+static size_t count_posts(const struct dds_fabric *F, const dds_read_op *ops, size_t nops)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nops;) {
+        if (ops[i].len == 0) {
+            i++;
+        } else if (F->iov > 1 && (size_t)ops[i].len <= F->max_msg) {
+            int k = 0;
+            size_t sum = 0;
+            int owner = ops[i].owner;
+            while (i < nops && k < F->iov && ops[i].owner == owner && (size_t)ops[i].len <= F->max_msg - sum) {
+                sum += (size_t)ops[i].len;
+                k += ops[i].len > 0;
+                i++;
+            }
+            n++;
+        } else {
+            n += ((size_t)ops[i].len + F->max_msg - 1) / F->max_msg;
+            i++;
+        }
+    }
+    return n;
+}
+
+/* Fill slot `sl` with the next operation starting at ops[*i] (`*done`
+ * bytes of it already posted) and advance the cursor past it. */
+static void fill_slot(const struct dds_fabric *F, const struct dds_fabric_var *FV, read_slot *sl,
+                      const dds_read_op *ops, size_t nops, void **desc, size_t *i, size_t *done)
+{
+    const dds_read_op *op = &ops[*i];
+    sl->owner = op->owner;
+    sl->offset = op->src_offset + (int64_t)*done;
+    sl->niov = 0;
+    sl->len = 0;
+    if (F->iov > 1 && *done == 0 && (size_t)op->len <= F->max_msg) {
+        while (*i < nops && sl->niov < F->iov && ops[*i].owner == op->owner &&
+               (size_t)ops[*i].len <= F->max_msg - sl->len) {
+            const dds_read_op *o = &ops[*i];
+            if (o->len > 0) {
+                int k = sl->niov++;
+                sl->iov[k] = (struct iovec){ .iov_base = o->dst, .iov_len = (size_t)o->len };
+                sl->rma[k] = (struct fi_rma_iov){ .addr = FV->raddr[o->owner] + (uint64_t)o->src_offset,
+                                                  .len = (size_t)o->len,
+                                                  .key = FV->key[o->owner] };
+                sl->desc[k] = desc ? desc[*i] : NULL;
+                sl->len += (size_t)o->len;
+            }
+            (*i)++;
+        }
+        return;
+    }
+    size_t total = (size_t)op->len;
+    size_t chunk = total - *done < F->max_msg ? total - *done : F->max_msg;
+    sl->niov = 1;
+    sl->iov[0] = (struct iovec){ .iov_base = op->dst + *done, .iov_len = chunk };
+    sl->rma[0] = (struct fi_rma_iov){ .addr = FV->raddr[op->owner] + (uint64_t)op->src_offset + *done,
+                                      .len = chunk,
+                                      .key = FV->key[op->owner] };
+    sl->desc[0] = desc ? desc[*i] : NULL;
+    sl->len = chunk;
+    *done += chunk;
+    if (*done == total) {
+        (*i)++;
+        *done = 0;
+    }
+}
+
+static ssize_t post_slot(struct dds_fabric *F, read_slot *sl, bool have_desc)
+{
+    if (sl->niov == 1)
+        return fi_read(F->ep, sl->iov[0].iov_base, sl->iov[0].iov_len, sl->desc[0], F->peer[sl->owner],
+                       sl->rma[0].addr, sl->rma[0].key, &sl->ctx);
+    struct fi_msg_rma msg = {
+        .msg_iov = sl->iov,
+        .desc = have_desc ? sl->desc : NULL,
+        .iov_count = (size_t)sl->niov,
+        .addr = F->peer[sl->owner],
+        .rma_iov = sl->rma,
+        .rma_iov_count = (size_t)sl->niov,
+        .context = &sl->ctx,
+        .data = 0,
+    };
+    return fi_readmsg(F->ep, &msg, 0);
+}
+
 static int read_ops(struct dds_fabric *F, struct dds_fabric_var *FV, const dds_read_op *ops, size_t nops,
                     void **desc)
 {
-    read_batch *bp = calloc(1, sizeof *bp + (size_t)F->inflight * sizeof(read_slot));
+    size_t nposts = count_posts(F, ops, nops);
+    if (nposts == 0)
+        return DDS_OK;
+    int nslots = nposts < (size_t)F->inflight ? (int)nposts : F->inflight;
+    /* malloc, not calloc: only the fields below need a value before use. */
+    read_batch *bp = malloc(sizeof *bp + (size_t)nslots * sizeof(read_slot));
     if (!bp)
-        return dds_err(DDS_ENOMEM, "out of memory for %d read contexts", F->inflight);
+        return dds_err(DDS_ENOMEM, "out of memory for %d read contexts", nslots);
     read_batch *const b = bp;
     read_slot *slots = b->slots;
     atomic_init(&b->pending, 0);
     atomic_init(&b->completions, 0);
     b->err = DDS_OK;
-    for (int i = 0; i < F->inflight; i++) {
+    b->msg[0] = '\0';
+    b->nslots = nslots;
+    for (int i = 0; i < nslots; i++) {
         atomic_init(&slots[i].busy, 0);
         slots[i].batch = b;
+        slots[i].owner = -1;
     }
     int post_rc = DDS_OK;
     int next = 0; /* where to look for a free slot */
     waiter w = { 0 };
-    for (size_t i = 0; i < nops && post_rc == DDS_OK; i++) {
-        const dds_read_op *op = &ops[i];
-        size_t done = 0, total = (size_t)op->len;
-        while (done < total && post_rc == DDS_OK) {
-            size_t chunk = total - done < F->max_msg ? total - done : F->max_msg;
-            read_slot *sl = NULL;
-            while (!sl) {
-                for (int k = 0; k < F->inflight; k++) {
-                    int idx = (next + k) % F->inflight;
-                    if (!atomic_load_explicit(&slots[idx].busy, memory_order_acquire)) {
-                        sl = &slots[idx];
-                        next = (idx + 1) % F->inflight;
-                        break;
-                    }
-                }
-                if (!sl) {
-                    if (gave_up(F, &w)) {
-                        post_rc = abandon(F);
-                        goto abandoned;
-                    }
-                    if (stalled(F, &w, b)) {
-                        post_rc = read_timed_out(F, b);
-                        goto abandoned;
-                    }
-                    wait_some(F, &w);
-                }
-            }
-            wait_reset(&w);
-            sl->owner = op->owner;
-            sl->offset = op->src_offset + (int64_t)done;
-            sl->len = chunk;
-            atomic_store(&sl->busy, 1);
-            atomic_fetch_add(&b->pending, 1);
-            for (;;) {
-                ssize_t r = fi_read(F->ep, op->dst + done, chunk, desc ? desc[i] : NULL, F->peer[op->owner],
-                                    FV->raddr[op->owner] + (uint64_t)op->src_offset + done,
-                                    FV->key[op->owner], &sl->ctx);
-                if (r == 0) {
-                    wait_reset(&w);
+    size_t i = 0, done = 0; /* cursor: next transfer and bytes of it posted */
+    while (i < nops && post_rc == DDS_OK) {
+        if (ops[i].len == 0) {
+            i++;
+            continue;
+        }
+        read_slot *sl = NULL;
+        while (!sl) {
+            for (int k = 0; k < nslots; k++) {
+                int idx = (next + k) % nslots;
+                if (!atomic_load_explicit(&slots[idx].busy, memory_order_acquire)) {
+                    sl = &slots[idx];
+                    next = (idx + 1) % nslots;
                     break;
                 }
-                if (r == -FI_EAGAIN) {
-                    bool dead = gave_up(F, &w), late = !dead && stalled(F, &w, b);
-                    if (dead || late) {
-                        atomic_store(&sl->busy, 0);
-                        atomic_fetch_sub(&b->pending, 1);
-                        post_rc = dead ? abandon(F) : read_timed_out(F, b);
-                        goto abandoned;
-                    }
-                    wait_some(F, &w);
-                    continue;
+            }
+            if (!sl) {
+                if (gave_up(F, &w)) {
+                    post_rc = abandon(F);
+                    goto abandoned;
                 }
-                atomic_store(&sl->busy, 0);
-                atomic_fetch_sub(&b->pending, 1);
-                post_rc = fab_err((int)r, "fi_read");
+                if (stalled(F, &w, b)) {
+                    post_rc = read_timed_out(F, b);
+                    goto abandoned;
+                }
+                wait_some(F, &w);
+            }
+        }
+        wait_reset(&w);
+        fill_slot(F, FV, sl, ops, nops, desc, &i, &done);
+        atomic_store(&sl->busy, 1);
+        atomic_fetch_add(&b->pending, 1);
+        for (;;) {
+            ssize_t r = post_slot(F, sl, desc != NULL);
+            if (r == 0) {
+                wait_reset(&w);
                 break;
             }
-            done += chunk;
+            if (r == -FI_EAGAIN) {
+                bool dead = gave_up(F, &w), late = !dead && stalled(F, &w, b);
+                if (dead || late) {
+                    atomic_store(&sl->busy, 0);
+                    atomic_fetch_sub(&b->pending, 1);
+                    post_rc = dead ? abandon(F) : read_timed_out(F, b);
+                    goto abandoned;
+                }
+                wait_some(F, &w);
+                continue;
+            }
+            atomic_store(&sl->busy, 0);
+            atomic_fetch_sub(&b->pending, 1);
+            post_rc = fab_err((int)r, sl->niov > 1 ? "fi_readmsg" : "fi_read");
+            break;
         }
     }
     wait_reset(&w);

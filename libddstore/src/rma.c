@@ -280,65 +280,140 @@ void dds_shard_release(dds_store *s, dds_var *v)
     v->base = NULL;
 }
 
-/* Collective reads wait for their targets with a deadline: where the MPI
- * needs the target inside MPI to serve a get (osc/pt2pt, osc/ucx over TCP,
- * MPICH without async progress), a target that has stopped reading may never
- * come back into MPI (it may be waiting for this rank in NCCL, say), and a
- * blocking flush would wait for ever. Request-based gets are polled instead. */
-static int rma_read_bounded(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
+/* Where the reads of a get_batch go: plain gets completed by one flush, or,
+ * for collective reads with a deadline, request-based gets polled until the
+ * deadline. The latter because where the MPI needs the target inside MPI to
+ * serve a get (osc/pt2pt, osc/ucx over TCP, MPICH without async progress), a
+ * target that has stopped reading may never come back into MPI (it may be
+ * waiting for this rank in NCCL, say), and a blocking flush would wait for
+ * ever. */
+typedef struct rma_issue {
+    dds_var *v;
+    MPI_Request *reqs; /* NULL: plain MPI_Get, completed by MPI_Win_flush_all */
+    size_t nreq;
+} rma_issue;
+
+static int rma_get(rma_issue *is, void *dst, int ocount, MPI_Datatype ot, int owner, MPI_Aint src,
+                   int tcount, MPI_Datatype tt)
 {
-    size_t nreq = 0;
-    for (size_t i = 0; i < nops; i++)
-        nreq += (size_t)((ops[i].len + (1 << 30) - 1) >> 30);
-    MPI_Request *reqs = malloc((nreq ? nreq : 1) * sizeof *reqs);
-    if (!reqs)
-        return dds_err(DDS_ENOMEM, "variable '%s': out of memory for %zu requests", v->name, nreq);
-    size_t k = 0;
-    int rc = DDS_OK;
-    for (size_t i = 0; rc == DDS_OK && i < nops; i++) {
-        char *dst = ops[i].dst;
-        MPI_Aint src = (MPI_Aint)ops[i].src_offset;
-        int64_t left = ops[i].len;
-        while (left > 0) {
-            int n = left > (1 << 30) ? (1 << 30) : (int)left; /* counts are int */
-            int mrc = MPI_Rget(dst, n, MPI_BYTE, ops[i].owner, src, n, MPI_BYTE, v->win, &reqs[k]);
-            if (mrc != MPI_SUCCESS) {
-                rc = dds_err_mpi(mrc, "MPI_Rget");
-                break;
-            }
-            k++;
-            dst += n;
-            src += n;
-            left -= n;
-        }
-    }
-    /* Requests already started complete (or time out) before this returns:
-     * their buffers belong to the caller. */
-    int wrc = dds_wait_bounded(s, (int)k, reqs, DDS_COLL_READ, "the ranks it reads from");
-    free(reqs);
-    return rc ? rc : wrc;
+    if (!is->reqs)
+        return MPI_Get(dst, ocount, ot, owner, src, tcount, tt, is->v->win);
+    int mrc = MPI_Rget(dst, ocount, ot, owner, src, tcount, tt, is->v->win, &is->reqs[is->nreq]);
+    if (mrc == MPI_SUCCESS)
+        is->nreq++;
+    return mrc;
 }
+
+/* One get per transfer, split at 2^30 bytes (counts are int). */
+static int rma_get_each(rma_issue *is, const dds_read_op *op)
+{
+    char *dst = op->dst;
+    MPI_Aint src = (MPI_Aint)op->src_offset;
+    int64_t left = op->len;
+    while (left > 0) {
+        int n = left > (1 << 30) ? (1 << 30) : (int)left;
+        int mrc = rma_get(is, dst, n, MPI_BYTE, op->owner, src, n, MPI_BYTE);
+        if (mrc != MPI_SUCCESS)
+            return dds_err_mpi(mrc, is->reqs ? "MPI_Rget" : "MPI_Get");
+        dst += n;
+        src += n;
+        left -= n;
+    }
+    return DDS_OK;
+}
+
+/* Transfers of one owner, each under 2^30 bytes, as ONE get: an hindexed
+ * datatype over the destinations (absolute addresses, from MPI_BOTTOM) and
+ * one over the shard offsets. Small remote rows cost per MPI_Get
+ * (per-request matching and completion in the osc component), not per byte,
+ * so a batch of rows of one owner becomes one request. */
+static int rma_get_indexed(rma_issue *is, const dds_read_op *ops, size_t n, int *lens, MPI_Aint *odisp,
+                           MPI_Aint *tdisp)
+{
+    int owner = ops[0].owner;
+    for (size_t i = 0; i < n; i++) {
+        lens[i] = (int)ops[i].len;
+        tdisp[i] = (MPI_Aint)ops[i].src_offset;
+        int mrc = MPI_Get_address(ops[i].dst, &odisp[i]);
+        if (mrc != MPI_SUCCESS)
+            return dds_err_mpi(mrc, "MPI_Get_address");
+    }
+    MPI_Datatype ot = MPI_DATATYPE_NULL, tt = MPI_DATATYPE_NULL;
+    int mrc = MPI_Type_create_hindexed((int)n, lens, odisp, MPI_BYTE, &ot);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Type_commit(&ot);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Type_create_hindexed((int)n, lens, tdisp, MPI_BYTE, &tt);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Type_commit(&tt);
+    int rc = mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Type_create_hindexed");
+    if (rc == DDS_OK) {
+        mrc = rma_get(is, MPI_BOTTOM, 1, ot, owner, 0, 1, tt);
+        if (mrc != MPI_SUCCESS)
+            rc = dds_err_mpi(mrc, "MPI_Get (indexed)");
+    }
+    /* Freeing a datatype is allowed while an operation using it is pending. */
+    if (ot != MPI_DATATYPE_NULL)
+        MPI_Type_free(&ot);
+    if (tt != MPI_DATATYPE_NULL)
+        MPI_Type_free(&tt);
+    return rc;
+}
+
+/* Whether runs of one owner go as one indexed MPI_Get
+ * (DDSTORE_RMA_INDEXED, default on; 0 gives one MPI_Get per transfer, for
+ * comparison). Read at every call: getenv costs nothing next to MPI_Get,
+ * and a benchmark can compare both ways in one process. */
+static bool rma_indexed_enabled(void) { return dds_env_flag("DDSTORE_RMA_INDEXED", true); }
 
 int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
 {
     if (v->win == MPI_WIN_NULL)
         return dds_err(DDS_ESTATE, "variable '%s': no RMA window for a remote shard", v->name);
-    if (bounded && s->coll_timeout_ns)
-        return rma_read_bounded(s, v, ops, nops);
-    for (size_t i = 0; i < nops; i++) {
-        char *dst = ops[i].dst;
-        MPI_Aint src = (MPI_Aint)ops[i].src_offset;
-        int64_t left = ops[i].len;
-        while (left > 0) {
-            int n = left > (1 << 30) ? (1 << 30) : (int)left; /* counts are int */
-            int mrc = MPI_Get(dst, n, MPI_BYTE, ops[i].owner, src, n, MPI_BYTE, v->win);
-            if (mrc != MPI_SUCCESS)
-                return dds_err_mpi(mrc, "MPI_Get");
-            dst += n;
-            src += n;
-            left -= n;
+    rma_issue is = { v, NULL, 0 };
+    if (bounded && s->coll_timeout_ns) {
+        size_t nreq = 0; /* at most one request per 2^30 bytes of each transfer */
+        for (size_t i = 0; i < nops; i++)
+            nreq += (size_t)((ops[i].len + (1 << 30) - 1) >> 30);
+        is.reqs = malloc((nreq ? nreq : 1) * sizeof *is.reqs);
+        if (!is.reqs)
+            return dds_err(DDS_ENOMEM, "variable '%s': out of memory for %zu requests", v->name, nreq);
+    }
+    int rc = DDS_OK;
+    int *lens = NULL;
+    MPI_Aint *disp = NULL;
+    bool indexed = rma_indexed_enabled() && nops > 1;
+    if (indexed) {
+        lens = malloc(nops * sizeof *lens);
+        disp = malloc(2 * nops * sizeof *disp);
+        if (!lens || !disp)
+            indexed = false; /* per-transfer gets need no scratch memory */
+    }
+    /* ops come grouped by owner: each run of small transfers of one owner
+     * is one request. */
+    for (size_t i = 0; rc == DDS_OK && i < nops;) {
+        size_t j = i;
+        while (j < nops && ops[j].owner == ops[i].owner && ops[j].len > 0 && ops[j].len <= (1 << 30))
+            j++;
+        if (indexed && j - i > 1) {
+            rc = rma_get_indexed(&is, ops + i, j - i, lens, disp, disp + nops);
+            i = j;
+        } else {
+            rc = rma_get_each(&is, ops + i);
+            i++;
         }
     }
+    free(lens);
+    free(disp);
+    if (is.reqs) {
+        /* Requests already started complete (or time out) before this
+         * returns: their buffers belong to the caller. */
+        int wrc = dds_wait_bounded(s, (int)is.nreq, is.reqs, DDS_COLL_READ, "the ranks it reads from");
+        free(is.reqs);
+        return rc ? rc : wrc;
+    }
+    if (rc)
+        return rc;
     int mrc = MPI_Win_flush_all(v->win);
     if (mrc != MPI_SUCCESS)
         return dds_err_mpi(mrc, "MPI_Win_flush_all");

@@ -122,7 +122,8 @@ class _Var:
     """Cached metadata of one variable (variables never change shape)."""
 
     __slots__ = ("name", "bname", "tag", "dtype", "row_bytes", "global_rows", "local_rows",
-                 "first_row", "offsets", "row_shape", "disp", "itemsize", "layouts")
+                 "first_row", "offsets", "row_shape", "disp", "itemsize", "layouts",
+                 "get_dtype", "get_tail")
 
     def describe(self):
         """What rows of this variable look like, for error messages."""
@@ -665,6 +666,7 @@ class PyDDStore:
                 self._raise(rc)
         v = _Var()
         v.layouts = set()  # (dtype, shape[1:]) of output arrays that passed _check_rows_match
+        v.get_dtype = v.get_tail = None  # the last layout get() accepted (its fast path)
         v.name = name
         v.bname = bname
         v.tag = ci.dtype
@@ -813,6 +815,25 @@ class PyDDStore:
         """Read ``arr.shape[0]`` rows of `name` from global row `start` into
         `arr` (in place, C-contiguous, writable). Not collective; the data is
         complete on return. `start` may be a numpy integer."""
+        # Fast path for the original DDStore's loop (one get() per sample, the same output
+        # array every time): a known variable, a writable C-contiguous ndarray whose layout
+        # already passed the checks below, a Python int start inside the variable. O(1)
+        # checks only; anything else takes the checked path below.
+        # The layout test is by identity (dtype objects of one type are shared), cheaper
+        # than hashing into v.layouts; ctypes.byref(from_buffer) is the cheapest way to the
+        # data address (arr.ctypes.data costs more than the C call).
+        v = self._vars.get(name) if type(name) is str else None
+        if (v is not None and type(arr) is np.ndarray and type(start) is int
+                and arr.dtype is v.get_dtype and arr.shape[1:] == v.get_tail and arr.shape[0]):
+            f = arr.flags
+            n = arr.shape[0]
+            # ctypes truncates an int beyond int64 silently: the range is checked here.
+            if f.c_contiguous and f.writeable and 0 <= start <= v.global_rows - n:
+                with self._h as ptr:
+                    rc = _c.dds_get(ptr, v.bname, ctypes.byref(_Byte.from_buffer(arr)), start, n)
+                if rc:
+                    self._raise(rc)
+                return
         v = self._var(name)
         if (type(arr) is np.ndarray and arr.ndim and arr.flags.c_contiguous
                 and arr.flags.writeable and not arr.dtype.hasobject):
@@ -820,6 +841,7 @@ class PyDDStore:
         else:
             out = _to_array(arr, "output", name, output=True)
         _check_rows_match(v, out, "output")
+        v.get_dtype, v.get_tail = out.dtype, out.shape[1:]
         n = out.shape[0]
         s = start if type(start) is int else _index(start, "start")
         if s < 0 or s > v.global_rows - n:

@@ -104,3 +104,33 @@ def test_absent_provider_is_a_clear_error(comm):
         PyDDStore(comm, 1, fabric="no_such_provider")
     assert "no_such_provider" in str(e.value)
     comm.Barrier()
+
+
+@pytest.mark.parametrize("iov,inflight", [(1, 1), (2, 3), (4, 256)])
+def test_batched_reads_in_every_read_shape(comm, rank, size, iov, inflight, monkeypatch):
+    """get_batch/get_ranges stay bit-exact whatever the number of rows one
+    libfabric read carries (fi_read or multi-transfer fi_readmsg) and the
+    number of reads in flight: any order, repeats, rows spanning shards,
+    runs of consecutive rows, rows far apart in one owner's shard."""
+    monkeypatch.setenv("DDSTORE_FABRIC_IOV", str(iov))
+    monkeypatch.setenv("DDSTORE_FABRIC_INFLIGHT", str(inflight))
+    with through_fabric():
+        s = PyDDStore(comm, 1, fabric=PROVIDER)
+    try:
+        s.add("b", local_values(rank, size, (3, 5), "float32", 9))
+        total = int(offsets(size)[-1])
+        rng = np.random.default_rng(100 + rank)
+        for k in (1, 2, 7, 97):
+            rows = rng.integers(0, total, size=k)
+            rows[k // 2:] = rows[:k - k // 2][::-1]  # repeats, reversed order
+            out = np.zeros((k, 3, 5), np.float32)
+            s.get_batch("b", out, rows)
+            assert out.tobytes() == values(rows, (3, 5), "float32", 9).tobytes()
+        starts = np.array([0, total - 2, 1, 0], dtype=np.int64)
+        counts = np.array([total, 2, total - 1, 1], dtype=np.int64)
+        out = np.zeros((int(counts.sum()), 3, 5), np.float32)
+        s.get_ranges("b", out, starts, counts)
+        want = np.concatenate([values(np.arange(a, a + c), (3, 5), "float32", 9) for a, c in zip(starts, counts)])
+        assert out.tobytes() == want.tobytes()
+    finally:
+        s.free()

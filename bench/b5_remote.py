@@ -1,0 +1,320 @@
+"""B5: remote-only reads across (simulated) hosts, beside the link's own limits measured in the same run.
+
+Run under mpiexec over several hosts (bench/b5.sh starts it on the cluster simulator of
+tests/cluster, 2 hosts x 2 ranks, after measuring the link with iperf3 between the same
+network namespaces; --link FILE passes those figures in). Parts:
+
+* get_batch: every rank reads K=256 uniformly random rows held only by ranks on OTHER hosts
+  (on a single host: by other ranks, with DDSTORE_NODE_LOCAL=0 so that they travel through
+  the transport), for each row size and each configuration (method 0 = MPI RMA, methods 1
+  and 2 over libfabric tcp), interleaved repeat by repeat. Reported as the aggregate of all
+  ranks (bytes read per second, summed over ranks) and as a ratio to iperf3's one-stream rate.
+* transport ceilings, timed in the same interleaved loops: one contiguous 4 MiB read of a
+  remote shard per call through MPI_Get (mpi4py, passive target), through method 1's
+  fi_read (PyDDStore.get of 64 contiguous 64 KiB rows: one transfer) and through method 0.
+* --loader: DistDataset + ThreadDataLoader over a global shuffle (DistributedSampler, batch
+  256) of 520-byte samples (float32[128] + int64 label), samples/s per rank over one epoch of
+  the rank's share, per method. bench/b5.sh runs it across the hosts and on one host (same
+  rank count) to give the across-hosts / single-host ratio.
+"""
+
+import json
+import os
+import shutil
+import socket
+import sys
+
+if "--loader" in sys.argv:
+    os.environ["PYDDSTORE_BENCH_TORCH"] = "1"  # _common imports torch before mpi4py
+
+import _common as C  # noqa: E402
+from _common import COMM, RANK, SIZE, np  # noqa: E402
+
+from pyddstore import DDStoreError, DDStoreNotSupportedError, PyDDStore  # noqa: E402
+
+CONFIGS = {
+    # label: (method, fabric)
+    "m0": (0, None),
+    "m1_tcp": (1, "tcp"),
+    "m2_tcp": (2, "tcp"),
+}
+CEIL_BYTES = 4 << 20
+
+
+def extra(p):
+    p.add_argument("--k", type=int, default=256, help="rows per get_batch (default 256)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[64, 512, 4096, 65536])
+    p.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    p.add_argument("--link", default=None, help="JSON of the link figures measured by b5.sh")
+    p.add_argument("--loader", action="store_true", help="run the loader part instead")
+    p.add_argument("--label", default="", help="recorded with every result (e.g. 2x2, 1x4)")
+    p.add_argument("--hs-dir", default=None, help="method-2 handshake directory root (shared)")
+
+
+def topology():
+    """(hosts, my remote ranks): ranks on other hosts, or every other rank on one host."""
+    hosts = COMM.allgather(socket.gethostname())
+    remote = [r for r in range(SIZE) if hosts[r] != hosts[RANK]]
+    if not remote:
+        remote = [r for r in range(SIZE) if r != RANK]
+    return hosts, remote
+
+
+def open_store(method, fabric, hs_dir, node_local):
+    """A store for one configuration, or the reason why not (same outcome on every rank)."""
+    saved = os.environ.get("DDSTORE_NODE_LOCAL")
+    os.environ["DDSTORE_NODE_LOCAL"] = node_local
+    try:
+        kw = {}
+        if fabric:
+            kw["fabric"] = fabric
+        if method == 2:
+            kw["handshake_dir"] = hs_dir
+        return PyDDStore(COMM, method=method, **kw), None
+    except DDStoreNotSupportedError as e:
+        return None, f"not supported: {e}"
+    except DDStoreError as e:
+        return None, f"error: {type(e).__name__}: {e}"
+    finally:
+        if saved is None:
+            os.environ.pop("DDSTORE_NODE_LOCAL", None)
+        else:
+            os.environ["DDSTORE_NODE_LOCAL"] = saved
+
+
+def make_shard(rank, rows, rb):
+    return np.random.default_rng(5000 + rank).integers(0, 256, size=(rows, rb), dtype=np.uint8)
+
+
+def mpi_get_ceiling():
+    """A callable doing one passive-target MPI_Get of CEIL_BYTES contiguous bytes from a
+    remote rank's window, and its cleanup."""
+    _, remote = topology()
+    peer = remote[RANK % len(remote)]
+    mem = np.full(CEIL_BYTES, RANK % 251, np.uint8)
+    win = C.MPI.Win.Create(mem, 1, comm=COMM)
+    win.Lock_all()
+    buf = np.empty(CEIL_BYTES, np.uint8)
+
+    def fn():
+        win.Get(buf, peer)
+        win.Flush(peer)
+
+    fn()
+    ok = COMM.allreduce(bool((buf == peer % 251).all()), op=C.MPI.LAND)
+    if not ok:
+        raise SystemExit("B5: the MPI_Get ceiling loop read wrong bytes")
+
+    def close():
+        win.Unlock_all()
+        win.Free()
+
+    return fn, close
+
+
+def run_get(args, link, hs_root):
+    hosts, remote = topology()
+    single = len(set(hosts)) == 1
+    node_local = "0" if single else "1"
+    stores, notes = {}, []
+    for label in args.configs:
+        method, fabric = CONFIGS[label]
+        st, why = open_store(method, fabric, os.path.join(hs_root, label), node_local)
+        if st is None:
+            notes.append(f"B5 {label}: skipped ({why.splitlines()[0][:300]})")
+            C.log(notes[-1])
+        else:
+            stores[label] = st
+    repeats, target_s = (2, 0.05) if args.quick else (5, 0.15)
+    results = []
+    k = args.k
+    try:
+        # Ceilings: contiguous 4 MiB reads, all in one interleaved set.
+        cfns = {}
+        ceil_name = "b5/ceil"
+        crows = CEIL_BYTES // 65536
+        cout = np.empty((crows, 65536), np.uint8)
+        peer = remote[RANK % len(remote)]
+        for label, st in stores.items():
+            st.add(ceil_name, make_shard(RANK, crows, 65536))
+            st.sync()
+        for label, st in stores.items():
+            if CONFIGS[label][0] in (0, 1):
+                start = peer * crows
+                cfns[f"contig_{label}"] = (lambda st=st, start=start: st.get(ceil_name, cout, start))
+        mpi_fn, mpi_close = mpi_get_ceiling()
+        cfns["contig_mpi_get"] = mpi_fn
+        t = C.interleaved(cfns, repeats, target_s, COMM)
+        mpi_close()
+        for v in cfns:
+            agg = sum(COMM.allgather(CEIL_BYTES / t[v]["s"]))
+            results.append({"bench": "B5", "part": "ceiling", "variant": v, "bytes": CEIL_BYTES,
+                            "agg_bytes_per_s": agg, "label": args.label, "ranks": SIZE,
+                            "hosts": len(set(hosts)),
+                            "ratio_iperf3": agg / link["iperf3_bytes_per_s"] if link else None})
+            C.log(f"B5 ceiling {v:16s}: {agg / 1e6:9.1f} MB/s aggregate"
+                  + (f" ({results[-1]['ratio_iperf3']:.2f}x iperf3)" if link else ""))
+
+        for rb in args.sizes:
+            rows = max(1024, min(1 << 16, (16 << 20) // rb))
+            if args.quick:
+                rows = max(512, rows // 4)
+            name = f"b5/{rb}"
+            shards = {r: None for r in remote}
+            for label, st in stores.items():
+                st.add(name, make_shard(RANK, rows, rb))
+                st.sync()
+            rng = np.random.default_rng(17 + RANK)
+            sets = []
+            for _ in range(32):
+                owners = rng.choice(remote, size=k)
+                local = rng.integers(0, rows, size=k)
+                sets.append((owners * rows + local).astype(np.int64))
+            out = np.empty((k, rb), np.uint8)
+            # Bit-exact check: rows of rank r are make_shard(r, ...).
+            for r in remote:
+                shards[r] = make_shard(r, rows, rb)
+            want = np.stack([shards[int(g) // rows][int(g) % rows] for g in sets[0]])
+            ok = True
+            for label, st in stores.items():
+                out[:] = 0
+                st.get_batch(name, out, sets[0])
+                ok &= bool(np.array_equal(out, want))
+            if not COMM.allreduce(ok, op=C.MPI.LAND):
+                raise SystemExit(f"B5 {rb} B: get_batch returned wrong rows")
+            del shards, want
+            it = {"i": 0}
+
+            def nxt():
+                i = it["i"]
+                it["i"] = (i + 1) % len(sets)
+                return sets[i]
+
+            fns = {label: (lambda st=st: st.get_batch(name, out, nxt())) for label, st in stores.items()}
+            t = C.interleaved(fns, repeats, target_s, COMM)
+            for v in fns:
+                agg = sum(COMM.allgather(k * rb / t[v]["s"]))
+                agg_cpu = sum(COMM.allgather(k * rb / t[v]["cpu_s"]))
+                results.append({
+                    "bench": "B5", "part": "get_batch", "config": v, "row_bytes": rb, "k": k,
+                    "label": args.label, "ranks": SIZE, "hosts": len(set(hosts)),
+                    "rows_per_rank": rows, "us_per_call": C.gather_stat(COMM, t[v]["s"] * 1e6)["median"],
+                    "agg_bytes_per_s": agg, "agg_bytes_per_cpu_s": agg_cpu,
+                    "ratio_iperf3": agg / link["iperf3_bytes_per_s"] if link else None,
+                    "repeats": repeats, "iters": t[v]["n"]})
+                C.log(f"B5 {v:7s} {rb:6d} B: {results[-1]['us_per_call']:9.1f} us/call, "
+                      f"{agg / 1e6:9.1f} MB/s aggregate"
+                      + (f" ({results[-1]['ratio_iperf3']:.3f}x iperf3)" if link else ""))
+    finally:
+        for st in stores.values():
+            st.free()
+    return results, notes
+
+
+def run_loader(args, hs_root):
+    import torch
+    from torch.utils.data import DistributedSampler
+
+    from pyddstore.torch import DistDataset, ThreadDataLoader
+
+    torch.set_num_threads(1)
+    hosts = COMM.allgather(socket.gethostname())
+    d, batch = 128, 256
+    # 32k samples (16 MiB of features): across hosts method 0 pays ~0.5 s per batch on a
+    # loaded machine (osc/ucx over TCP), and every epoch is timed whole.
+    n = (1 << 14) if args.quick else (1 << 15)
+    results, notes = [], []
+    repeats = 2 if args.quick else 3
+    xa = (np.arange(n * d, dtype=np.int64) % 65521).astype(np.float32).reshape(n, d)
+    ya = np.arange(n, dtype=np.int64) % 1000
+
+    class Src:
+        def __len__(self):
+            return n
+
+        def read_range(self, a, b):
+            return (xa[a:b], ya[a:b])
+
+        def __getitem__(self, i):
+            return torch.from_numpy(xa[i]), int(ya[i])
+
+    for label in args.configs:
+        method, fabric = CONFIGS[label]
+        saved = os.environ.get("DDSTORE_FABRIC")
+        if fabric:
+            os.environ["DDSTORE_FABRIC"] = fabric
+        try:
+            ds = DistDataset(Src(), f"b5_{label}", comm=COMM, method=method,
+                             handshake_dir=os.path.join(hs_root, "ld_" + label), progress=False)
+        except DDStoreError as e:
+            notes.append(f"B5 loader {label}: skipped ({type(e).__name__}: {str(e)[:200]})")
+            C.log(notes[-1])
+            continue
+        finally:
+            if saved is None:
+                os.environ.pop("DDSTORE_FABRIC", None)
+            else:
+                os.environ["DDSTORE_FABRIC"] = saved
+        sampler = DistributedSampler(ds, num_replicas=SIZE, rank=RANK, shuffle=True, seed=0)
+        loader = ThreadDataLoader(ds, batch_size=batch, sampler=sampler, num_workers=1)
+        n_local = len(sampler)
+        # Check one epoch's first batches against the source.
+        sampler.set_epoch(99)
+        want = list(sampler)
+        ok, pos = True, 0
+        for x, y in loader:
+            idx = want[pos:pos + y.shape[0]]
+            pos += y.shape[0]
+            ok &= bool(np.array_equal(x.numpy(), xa[idx]) and np.array_equal(y.numpy(), ya[idx]))
+        if not COMM.allreduce(ok, op=C.MPI.LAND):
+            raise SystemExit(f"B5 loader {label}: wrong samples")
+        times, cpus = [], []
+        for r in range(repeats):
+            sampler.set_epoch(r)
+            COMM.Barrier()
+            c0, t0 = C.cpu_now(), C.now()
+            got = sum(y.shape[0] for _, y in loader)
+            times.append(C.now() - t0)
+            cpus.append(C.cpu_now() - c0)
+            assert got == n_local
+        rate = C.gather_stat(COMM, n_local / float(np.median(times)))
+        rate_cpu = C.gather_stat(COMM, n_local / float(np.median(cpus)))
+        results.append({"bench": "B5", "part": "loader", "config": label, "label": args.label,
+                        "ranks": SIZE, "hosts": len(set(hosts)), "sample_bytes": d * 4 + 8,
+                        "samples": n, "batch": batch, "samples_per_s_per_rank": rate["median"],
+                        "samples_per_cpu_s_per_rank": rate_cpu["median"], "per_rank": rate["per_rank"],
+                        "epoch_s_all": times, "repeats": repeats})
+        C.log(f"B5 loader {args.label} {label:7s}: {rate['median'] / 1e3:9.1f}k samples/s per rank")
+        loader.close()
+        ds.free()
+    return results, notes
+
+
+def main():
+    args = C.parse_args(__doc__, extra)
+    machine = C.machine_info()
+    machine["hosts"] = sorted(set(COMM.allgather(socket.gethostname())))
+    link = None
+    if args.link:
+        with open(args.link) as f:
+            link = json.load(f)
+    root = args.hs_dir or os.path.dirname(os.path.abspath(args.out))
+    hs_root = COMM.bcast(os.path.join(root, f".b5-hs-{os.getpid()}") if RANK == 0 else None)
+    try:
+        if args.loader:
+            results, notes = run_loader(args, hs_root)
+        else:
+            results, notes = run_get(args, link, hs_root)
+    finally:
+        COMM.Barrier()
+        if RANK == 0:
+            shutil.rmtree(hs_root, ignore_errors=True)
+    if RANK == 0 and SIZE > C.cores() * len(machine["hosts"]):
+        notes.append(f"B5: {SIZE} ranks on {C.cores()} cores (all simulated hosts share them): "
+                     "oversubscribed")
+    doc_machine = dict(machine, link=link)
+    C.write_result(args.out, "B5", doc_machine, results, notes)
+
+
+if __name__ == "__main__":
+    main()
