@@ -36,6 +36,18 @@ if [ -f tests/c/extra-tests.sh ]; then
   run "C extra tests" 900 env DDS_SKIP_MPICH=1 bash tests/c/extra-tests.sh build-ci
 fi
 run "C ThreadSanitizer" 900 bash tests/c/tsan-tests.sh build-ci
+# The Fortran module as users build with it (meson install, then mpifort
+# $(pkg-config --cflags --libs libddstore); 1-4 ranks), and the in-situ
+# example: a Fortran simulation publishing timesteps (method 2) while a
+# Python job trains on them (examples/insitu).
+if command -v mpifort >/dev/null; then
+  run "Fortran module" 300 bash tests/fortran/run.sh
+  if python -c "import pyddstore, sys; sys.exit(0 if pyddstore.has_fabric() else 1)"; then
+    run "example insitu" 120 bash examples/insitu/run.sh
+  fi
+else
+  echo "=== no mpifort: Fortran module test and in-situ example skipped"
+fi
 # Debian's MPICH beside Open MPI: the C tests and the Python core (methods
 # 0 and 1) and torch suites with an mpi4py built against MPICH (cached).
 run "MPICH" 2400 bash ci/mpich.sh --python

@@ -36,6 +36,7 @@ DDS_API const char *dds_strerror(int code)
     case DDS_EPROTO: return "corrupt handshake data";
     case DDS_EOVERFLOW: return "size overflow";
     case DDS_EMISMATCH: return "ranks disagree";
+    case DDS_EAGAIN: return "rows changed during every read attempt";
     default: return "unknown error";
     }
 }

@@ -49,6 +49,10 @@ typedef struct dds_var {
     /* methods 1/2 */
     struct dds_fabric_var *fab;
     bool readonly;          /* this rank's shard pages are read-only (protect.c) */
+    /* versioned variables (generation.c) */
+    struct dds_var *_Atomic gen; /* the variable of its generation counters, or NULL */
+    _Atomic int gen_looked_up;   /* reader: companion looked up (gen is final) */
+    int64_t gen_block_rows;      /* rows per counter */
 } dds_var;
 
 /* One transfer of a read: `len` bytes at byte `src_offset` of group rank
@@ -220,6 +224,33 @@ DDS_HIDDEN void dds_fab_close(dds_store *s);
 /* Reader side of method 2 (see dds_join/dds_attach in the public header). */
 DDS_HIDDEN int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s);
 DDS_HIDDEN int dds_fab_attach(dds_store *s, const char *name);
+
+/* ---- versioned variables (generation.c) -------------------------------------- */
+
+/* Name suffix of the hidden variable holding a versioned variable's
+ * generation counters. */
+#define DDS_GEN_SUFFIX "\x1fgen"
+/* 1 when `name` is such a hidden variable (not listed by dds_var_name). */
+DDS_HIDDEN bool dds_gen_hidden(const char *name);
+/* *gen receives the counters of v when v is versioned, else NULL; a
+ * method-2 reader looks them up on first use (which may fail). Thread-safe. */
+DDS_HIDDEN int dds_gen_of(dds_store *s, dds_var *v, dds_var **gen);
+/* Read transfers of versioned v so that no row is torn (seqlock check and
+ * retries); `ops` is left unchanged. Not collective; thread-safe. */
+DDS_HIDDEN int dds_gen_read(dds_store *s, dds_var *v, dds_var *gen, const dds_read_op *ops, size_t nops);
+/* Write rows of versioned v, counters odd around the copy. Local. */
+DDS_HIDDEN int dds_gen_write(dds_store *s, dds_var *v, dds_var *gen, const void *data, int64_t nrows,
+                             int64_t offset);
+/* The transfers of a read, without the versioned check (read.c): ops may
+ * be reordered. Not collective; data complete on return. */
+DDS_HIDDEN int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops);
+
+/* Serialise page-protection changes of shards with dds_shard_write()
+ * (protect.c), and open (writable) / close (read-only) this rank's pages
+ * of v over [offset, offset+len) when v's shard is read-only; a no-op
+ * otherwise. Callers hold the lock around open ... close. */
+DDS_HIDDEN void dds_shard_write_lock(bool lock);
+DDS_HIDDEN int dds_shard_open(dds_var *v, size_t offset, size_t len, bool writable);
 
 /* Monotonic clock in nanoseconds. */
 DDS_HIDDEN uint64_t dds_now_ns(void);

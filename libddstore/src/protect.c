@@ -104,3 +104,29 @@ int dds_shard_write(dds_var *v, size_t offset, const void *data, size_t len)
     pthread_mutex_unlock(&write_lock);
     return rc;
 }
+
+void dds_shard_write_lock(bool lock)
+{
+    if (lock)
+        pthread_mutex_lock(&write_lock);
+    else
+        pthread_mutex_unlock(&write_lock);
+}
+
+int dds_shard_open(dds_var *v, size_t offset, size_t len, bool writable)
+{
+    if (!v->readonly || len == 0)
+        return DDS_OK;
+    size_t page = dds_page_size();
+    size_t first = offset / page * page;
+    size_t span = round_up(offset + len, page) - first;
+    if (mprotect(v->base + first, span, writable ? PROT_READ | PROT_WRITE : PROT_READ) != 0) {
+        if (!writable) {
+            dds_debug("variable '%s': pages left writable after an update: %s", v->name, strerror(errno));
+            return DDS_OK;
+        }
+        return dds_err(DDS_EIO, "variable '%s': cannot open its pages for writing: %s", v->name,
+                       strerror(errno));
+    }
+    return DDS_OK;
+}

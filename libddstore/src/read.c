@@ -88,7 +88,7 @@ static int group_by_owner(dds_read_op *ops, size_t n, int group_size)
     return DDS_OK;
 }
 
-static int execute(dds_store *s, dds_var *v, op_list *l, bool bounded)
+static int execute_raw(dds_store *s, dds_var *v, op_list *l, bool bounded)
 {
     size_t nremote = 0;
     uint64_t rows_local = 0, rows_remote = 0, bytes_local = 0, bytes_remote = 0;
@@ -120,6 +120,27 @@ static int execute(dds_store *s, dds_var *v, op_list *l, bool bounded)
     atomic_fetch_add(&s->st_bytes_local, bytes_local);
     atomic_fetch_add(&s->st_bytes_remote, bytes_remote);
     return rc;
+}
+
+int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops)
+{
+    op_list l = { .ops = ops, .n = nops, .cap = nops };
+    return execute_raw(s, v, &l, false);
+}
+
+/* Versioned variables (generation.c) check their counters around the
+ * transfers; every other variable takes the plain path. The counter and row
+ * reads of a versioned variable complete with a flush each (they must be
+ * ordered), so only the collective step after them is bounded. */
+static int execute(dds_store *s, dds_var *v, op_list *l, bool bounded)
+{
+    dds_var *gen;
+    int rc = dds_gen_of(s, v, &gen);
+    if (rc)
+        return rc;
+    if (gen)
+        return dds_gen_read(s, v, gen, l->ops, l->n);
+    return execute_raw(s, v, l, bounded);
 }
 
 /* Whether method-0 batched reads are group-collective: not where the whole

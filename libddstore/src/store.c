@@ -797,6 +797,9 @@ DDS_API int dds_update(dds_store *s, const char *name, const void *data, int64_t
                        name, (long long)nrows, (long long)offset, (long long)v->local_rows);
     if (nrows > 0 && !data)
         return dds_err(DDS_EINVAL, "variable '%s': data is NULL", name);
+    dds_var *gen = atomic_load(&v->gen); /* set by dds_init_versioned on core ranks */
+    if (nrows && gen) /* versioned: readers see the old rows or the new ones, never a mix */
+        return dds_gen_write(s, v, gen, data, nrows, offset);
     if (nrows)
         return dds_shard_write(v, (size_t)(offset * v->row_bytes), data, (size_t)(nrows * v->row_bytes));
     return DDS_OK;
@@ -863,7 +866,9 @@ DDS_API int dds_var_count(const dds_store *s, int64_t *count)
     if (!count)
         return dds_err(DDS_EINVAL, "count is NULL");
     pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
-    *count = s->nvars;
+    *count = 0;
+    for (int64_t i = 0; i < s->nvars; i++)
+        *count += !dds_gen_hidden(s->vars[i]->name); /* generation counters are not listed */
     pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
     return DDS_OK;
 }
@@ -876,13 +881,17 @@ DDS_API int dds_var_name(const dds_store *s, int64_t index, char *buf, size_t bu
     if (!buf)
         return dds_err(DDS_EINVAL, "buf is NULL");
     pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
-    if (index < 0 || index >= s->nvars)
+    int64_t visible = 0, at = -1; /* index counts listed variables only */
+    for (int64_t i = 0; i < s->nvars; i++)
+        if (!dds_gen_hidden(s->vars[i]->name) && visible++ == index)
+            at = i;
+    if (index < 0 || at < 0)
         rc = dds_err(DDS_ERANGE, "variable index %lld is out of range [0, %lld)", (long long)index,
-                     (long long)s->nvars);
-    else if (strlen(s->vars[index]->name) >= buflen)
+                     (long long)visible);
+    else if (strlen(s->vars[at]->name) >= buflen)
         rc = dds_err(DDS_ERANGE, "buffer of %zu bytes is too small for the name", buflen);
     else
-        strcpy(buf, s->vars[index]->name);
+        strcpy(buf, s->vars[at]->name);
     pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
     return rc;
 }

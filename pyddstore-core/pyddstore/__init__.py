@@ -34,6 +34,7 @@ from ._errors import (  # noqa: E402
     DDStoreValueError,
 )
 from ._store import SUPPORTED_DTYPES, PyDDStore, VarInfo, join  # noqa: E402
+from ._versioned import block_rows, generation, init_versioned  # noqa: E402
 
 __version__ = _lib.lib.dds_version().decode("ascii")
 library_path = _lib.path
@@ -48,6 +49,9 @@ def has_fabric():
 __all__ = [
     "PyDDStore",
     "join",
+    "init_versioned",
+    "block_rows",
+    "generation",
     "VarInfo",
     "DDStoreError",
     "DDStoreValueError",

@@ -134,6 +134,10 @@ _PROTOTYPES = {
     "dds_attach": (_i, [_vp, _cp]),
     "dds_stats": (_i, [_vp, ctypes.POINTER(StatsInfo)]),
     "dds_stats_reset": (_i, [_vp]),
+    # versioned variables (ABI 1.1)
+    "dds_init_versioned": (_i, [_vp, _cp, _i64, _i64, _u32, _i64]),
+    "dds_var_block_rows": (_i, [_vp, _cp, ctypes.POINTER(_i64)]),
+    "dds_generation": (_i, [_vp, _cp, _i64, ctypes.POINTER(ctypes.c_uint64)]),
 }
 
 

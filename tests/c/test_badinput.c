@@ -511,6 +511,63 @@ static int c_attach_freed(ctx *c, int *e)
     return dds_attach(c->freed, "ref");
 }
 
+/* Versioned variables (dds_init_versioned, dds_generation, dds_var_block_rows). */
+static int c_init_versioned_freed(ctx *c, int *e)
+{
+    *e = DDS_ESTATE;
+    return dds_init_versioned(c->freed, "ver", 2, 8, DDS_DTYPE_INT64, 1);
+}
+
+static int c_init_versioned_block_rows_negative(ctx *c, int *e)
+{
+    *e = DDS_EINVAL;
+    return dds_init_versioned(c->s, "ver", 2, 8, DDS_DTYPE_INT64, -1);
+}
+
+static int c_init_versioned_name_too_long(ctx *c, int *e)
+{
+    *e = DDS_EINVAL; /* fits DDS_NAME_MAX, but not with the counters' suffix */
+    char name[DDS_NAME_MAX + 1];
+    memset(name, 'v', DDS_NAME_MAX);
+    name[DDS_NAME_MAX] = '\0';
+    return dds_init_versioned(c->s, name, 2, 8, DDS_DTYPE_INT64, 1);
+}
+
+static int c_generation_out_null(ctx *c, int *e)
+{
+    *e = DDS_EINVAL;
+    return dds_generation(c->s, "ref", 0, NULL);
+}
+
+static int c_generation_not_versioned(ctx *c, int *e)
+{
+    *e = DDS_EINVAL;
+    uint64_t g;
+    return dds_generation(c->s, "ref", 0, &g);
+}
+
+static int c_generation_garbage(ctx *c, int *e)
+{
+    (void)c;
+    *e = DDS_ESTATE;
+    char junk[512] = { 0 };
+    uint64_t g;
+    return dds_generation((dds_store *)junk, "ref", 0, &g);
+}
+
+static int c_block_rows_null(ctx *c, int *e)
+{
+    *e = DDS_EINVAL;
+    return dds_var_block_rows(c->s, "ref", NULL);
+}
+
+static int c_block_rows_unknown(ctx *c, int *e)
+{
+    *e = DDS_ENOENT;
+    int64_t b;
+    return dds_var_block_rows(c->s, "no/such", &b);
+}
+
 /* ---- names ------------------------------------------------------------------- */
 
 static int add_named(ctx *c, const char *name)
@@ -1257,6 +1314,14 @@ static const bad_case cases[] = {
     CASE(c_stats_reset_garbage),
     CASE(c_register_freed),
     CASE(c_attach_freed),
+    CASE(c_init_versioned_freed),
+    CASE(c_init_versioned_block_rows_negative),
+    CASE(c_init_versioned_name_too_long),
+    CASE(c_generation_out_null),
+    CASE(c_generation_not_versioned),
+    CASE(c_generation_garbage),
+    CASE(c_block_rows_null),
+    CASE(c_block_rows_unknown),
     /* names */
     CASE(c_add_name_null),
     CASE(c_add_name_empty),

@@ -94,7 +94,8 @@ enum dds_error {
     DDS_EIO = -12,       /* file system error (handshake directory) */
     DDS_EPROTO = -13,    /* corrupt, truncated or foreign handshake data */
     DDS_EOVERFLOW = -14, /* a size does not fit (rows x row_bytes beyond 2^63) */
-    DDS_EMISMATCH = -15  /* ranks disagree on a value that must agree */
+    DDS_EMISMATCH = -15, /* ranks disagree on a value that must agree */
+    DDS_EAGAIN = -16     /* versioned rows changed during every read attempt; try again later */
 };
 
 /* Store methods. */
@@ -377,6 +378,66 @@ DDS_API int dds_join(dds_store **out, const char *handshake_dir, int n_core,
  * published and load its metadata; DDS_OK at once when already known.
  * Local. */
 DDS_API int dds_attach(dds_store *store, const char *name);
+
+/* ---- Versioned variables (data that changes while it is read) ----------- */
+
+/* A versioned variable is one whose rows a producer rewrites while other
+ * ranks (or method-2 readers) read them, e.g. a ring of the newest
+ * timesteps of a simulation. Every `block_rows` consecutive local rows of a
+ * shard share a 64-bit generation counter (a seqlock), kept in the store
+ * memory beside the shard and readable through the same transport:
+ *  - dds_update() of a versioned variable makes the counters of the blocks
+ *    it touches odd, copies the rows, then makes them even again (release
+ *    ordering between the steps; method 0 also calls MPI_Win_sync). The rows
+ *    are visible to readers when it returns: no dds_sync() is needed.
+ *  - Every read of a versioned variable (dds_get, dds_get_batch,
+ *    dds_get_ranges) reads the counters of the blocks it touches, the rows,
+ *    then the counters again, each step complete before the next. Rows whose
+ *    counters were equal and even are consistent: each row holds exactly
+ *    what one dds_update() wrote (or the initial zeros), never a mix of two.
+ *    Rows whose counters moved are read again (only those), up to
+ *    DDSTORE_GEN_RETRIES times (default 1000) with a growing pause (to 1 ms);
+ *    then the read fails with DDS_EAGAIN naming the rows. The guarantee is
+ *    per block: two rows of different blocks may come from different
+ *    updates. Choose block_rows as the rows one update writes together (one
+ *    timestep of one rank) so that a block is never half old, half new.
+ *  - The collective rules and thread safety of the reads are unchanged
+ *    (method 0's dds_get_batch stays group-collective, with the same single
+ *    synchronisation; the extra transfers are one-sided).
+ * Variables made by dds_add()/dds_init() are not versioned and keep the
+ * plain read path; their dds_update() is not torn-free while being read.
+ * Read counters (dds_stats) include the retries and the counter transfers.
+ * The counters live in a hidden variable named `name` followed by "\x1fgen",
+ * not listed by dds_var_count()/dds_var_name(); names ending so are
+ * reserved.
+ * Writers: one dds_update() at a time per process touches a versioned
+ * variable (updates are serialised inside the library); with method 0 a
+ * writer thread beside reading threads needs MPI_THREAD_MULTIPLE. */
+
+/* Allocate a versioned variable of `nrows` zero-filled local rows (like
+ * dds_init()), with one generation counter per `block_rows` local rows
+ * (>= 1; the last block of a shard may be shorter). All counters start at
+ * 0. Errors: those of dds_init() (also for a name longer than
+ * DDS_NAME_MAX - 4 bytes), DDS_EINVAL for block_rows < 1, DDS_EMISMATCH when
+ * ranks disagree on row_bytes, dtype or block_rows. A failure after the
+ * checks (out of memory) may leave the hidden counter variable allocated.
+ * Collective over the communicator. */
+DDS_API int dds_init_versioned(dds_store *store, const char *name, int64_t nrows,
+                               int64_t row_bytes, uint32_t dtype, int64_t block_rows);
+
+/* Rows per generation counter of variable `name`: *block_rows receives
+ * block_rows for a versioned variable, 0 for another one. A method-2 reader
+ * may look the counters up (one pass over the handshake directory, no
+ * waiting). Local; thread-safe. */
+DDS_API int dds_var_block_rows(dds_store *store, const char *name, int64_t *block_rows);
+
+/* Read the generation counter of the block holding global row `row` of a
+ * versioned variable into *gen: even when no update of the block is in
+ * progress (gen / 2 updates have completed), odd during one. A reader can
+ * poll it to learn that new data was published. DDS_EINVAL for a variable
+ * that is not versioned, DDS_ERANGE for a row outside [0, global_rows).
+ * Not collective (also for method 0); thread-safe as dds_get(). */
+DDS_API int dds_generation(dds_store *store, const char *name, int64_t row, uint64_t *gen);
 
 /* ---- Counters ------------------------------------------------------------ */
 

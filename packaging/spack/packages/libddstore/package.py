@@ -22,8 +22,10 @@ class Libddstore(Package):
     version("0.1.0")
 
     variant("fabric", default=True, description="libfabric transport (methods 1 and 2)")
+    variant("fortran", default=True, description="Fortran module ddstore (pkg-config variable fmoddir)")
 
     depends_on("c", type="build")
+    depends_on("fortran", type="build", when="+fortran")
     depends_on("meson@1.1:", type="build")
     depends_on("ninja", type="build")
     depends_on("pkgconfig", type="build")
@@ -32,6 +34,7 @@ class Libddstore(Package):
 
     def setup_build_environment(self, env):
         env.set("DDS_LIBFABRIC", "enabled" if self.spec.satisfies("+fabric") else "disabled")
+        env.set("DDS_FORTRAN", "enabled" if self.spec.satisfies("+fortran") else "disabled")
         # Build against spack's MPI, whichever implementation it is: the
         # generic pkg-config name works for Open MPI and MPICH alike.
         env.set("DDS_MPI", "auto")

@@ -1,0 +1,108 @@
+"""Check the Fortran module against ddstore.h, so that neither can drift.
+
+    python3 tests/fortran/check_module.py libddstore/include/ddstore/ddstore.h libddstore/fortran/ddstore.f90
+
+Compares: every DDS_* enumerator and numeric #define of the header with the
+module's parameter of the same name (same value, none missing, none extra);
+every DDS_API function with a bind(C, name=...) interface of the same name
+and the same number of arguments; every public struct's members (names and
+order) with the bind(C) derived type of the same name. Exits 1 with a list
+of differences.
+"""
+import re
+import sys
+
+
+def header_constants(text):
+    out = {}
+    for body in re.findall(r"enum\s+\w+\s*\{(.*?)\}", text, re.S):
+        value = -1
+        for item in body.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            name, _, v = item.partition("=")
+            value = int(v.strip(), 0) if v.strip() else value + 1
+            out[name.strip()] = value
+    for name, v in re.findall(r"#define\s+(DDS_\w+)\s+(-?\d+)\b", text):
+        out[name] = int(v)
+    return out
+
+
+def header_functions(text):
+    out = {}
+    for name, args in re.findall(r"DDS_API\s+[^;(]*?\b(dds_\w+)\s*\((.*?)\)\s*;", text, re.S):
+        args = args.strip()
+        out[name] = 0 if args in ("", "void") else args.count(",") + 1
+    return out
+
+
+def header_structs(text):
+    out = {}
+    for body, name in re.findall(r"typedef\s+struct\s+\w+\s*\{(.*?)\}\s*(\w+)\s*;", text, re.S):
+        members = []
+        for decl in body.split(";"):
+            decl = decl.strip()
+            if decl:
+                members.append(re.findall(r"(\w+)\s*$", decl)[0])
+        out[name] = members
+    return out
+
+
+def module_items(text):
+    code = "\n".join(line.split("!", 1)[0] for line in text.splitlines())
+    code = re.sub(r"&\s*\n\s*", " ", code)
+    params = {n: int(v) for n, v in re.findall(
+        r"parameter\s*::\s*(DDS_\w+)\s*=\s*(-?\d+)", code, re.I)}
+    funcs = {}
+    for kind, name, args, cname in re.findall(
+            r"(function|subroutine)\s+(\w+)\s*\(([^)]*)\)\s*bind\s*\(\s*C\s*,\s*name\s*=\s*\"(\w+)\"",
+            code, re.I):
+        if not cname.startswith("dds_"):
+            continue  # a C library helper (strlen), not the ABI
+        if name != cname:
+            funcs[cname] = ("renamed to", name)
+        else:
+            funcs[cname] = len([a for a in args.split(",") if a.strip()])
+    types = {}
+    for name, body in re.findall(r"type\s*,\s*bind\s*\(\s*C\s*\)\s*::\s*(\w+)(.*?)end\s+type", code,
+                                 re.I | re.S):
+        types[name] = re.findall(r"::\s*(\w+)", body)
+    return params, funcs, types
+
+
+def main(header, module):
+    htext = re.sub(r"/\*.*?\*/", "", open(header).read(), flags=re.S)
+    params, funcs, types = module_items(open(module).read())
+    bad = []
+    consts = header_constants(htext)
+    for k, v in sorted(consts.items()):
+        if k not in params:
+            bad.append(f"constant {k} = {v} has no parameter in the module")
+        elif params[k] != v:
+            bad.append(f"parameter {k} = {params[k]}, ddstore.h says {v}")
+    for k in sorted(set(params) - set(consts)):
+        bad.append(f"parameter {k} is not in ddstore.h")
+    hfuncs = header_functions(htext)
+    for k, n in sorted(hfuncs.items()):
+        if k not in funcs:
+            bad.append(f"function {k} has no bind(C) interface")
+        elif funcs[k] != n:
+            bad.append(f"function {k}: {funcs[k]} arguments in the module, {n} in ddstore.h")
+    for k in sorted(set(funcs) - set(hfuncs)):
+        bad.append(f"interface {k} is not a function of ddstore.h")
+    for k, members in sorted(header_structs(htext).items()):
+        if k not in types:
+            bad.append(f"struct {k} has no bind(C) type")
+        elif types[k] != members:
+            bad.append(f"type {k}: members {types[k]}, ddstore.h has {members}")
+    if bad:
+        print("Fortran module and ddstore.h differ:\n  " + "\n  ".join(bad))
+        return 1
+    print(f"Fortran module matches ddstore.h: {len(consts)} constants, {len(hfuncs)} functions, "
+          f"{len(types)} structs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))
