@@ -5,7 +5,7 @@
  * processes of this same program (`--reader`) with posix_spawn, outside
  * mpiexec: they call no MPI function, join from the directory and read every
  * row bit-exact. Across hosts: DDS_TEST_READER_LAUNCHER starts the readers
- * through a command (on another host), DDS_TEST_SHARED_DIR is where the
+ * through a command (on another host), DDSTORE_TEST_SHARED_DIR is where the
  * handshake directories go (default $TMPDIR, else /tmp). Checks:
  *  - an empty or missing directory times out in the configured time, with a
  *    message naming the directory;
@@ -511,9 +511,9 @@ int main(int argc, char **argv)
     /* One private base directory for the whole job. */
     char base[PATH_MAX] = { 0 };
     if (rank == 0) {
-        /* DDS_TEST_SHARED_DIR: a directory that readers on other hosts see
+        /* DDSTORE_TEST_SHARED_DIR: a directory that readers on other hosts see
          * too (each simulated host has its own /tmp). */
-        const char *tmp = getenv("DDS_TEST_SHARED_DIR");
+        const char *tmp = getenv("DDSTORE_TEST_SHARED_DIR");
         if (!tmp || !*tmp)
             tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
         snprintf(base, sizeof base, "%s/dds-hs-test-XXXXXX", tmp);
