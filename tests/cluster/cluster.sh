@@ -59,6 +59,7 @@ down() {
 complete_instance() { # complete_instance N: 0 if this instance has exactly N live hosts
   local n=$1 k
   [ "$(ddsc_nhosts)" = "$n" ] || return 1
+  [ "$DDSC_SUBNET $DDSC_IF" = "$DDSC_WANT_SUBNET $DDSC_WANT_IF" ] || return 1
   ip netns list | awk '{print $1}' | grep -qx "$DDSC_BR_NS" || return 1
   for k in $(seq 1 "$n"); do
     kill -0 "$(ddsc_holder "$k" 2>/dev/null)" 2>/dev/null || return 1
@@ -74,8 +75,10 @@ up() {
     return 0
   fi
   down
+  DDSC_SUBNET=$DDSC_WANT_SUBNET DDSC_IF=$DDSC_WANT_IF DDSC_PREFIX=${DDSC_WANT_SUBNET%.0/24}
   mkdir -p "$DDSC_STATE"
   chmod 755 "$DDSC_STATE"
+  echo "$DDSC_SUBNET $DDSC_IF" > "$DDSC_STATE/config"
   {
     echo "127.0.0.1 localhost"
     for k in $(seq 1 "$n"); do echo "$(ddsc_host_ip "$k") $(ddsc_host_name "$k")"; done

@@ -30,6 +30,13 @@ fi
 if ! [[ $DDSC_IF =~ ^[a-z][a-z0-9]{0,14}$ ]] || [ "$DDSC_IF" = eth0 ] || [ "$DDSC_IF" = lo ]; then
   ddsc_die "DDS_CLUSTER_IF='$DDSC_IF': give a short interface name other than eth0 and lo"
 fi
+# A running instance keeps the subnet and interface it was made with (so a
+# shell with other settings still drives it correctly); `up` rebuilds an
+# instance whose settings differ from the environment's.
+DDSC_WANT_SUBNET=$DDSC_SUBNET DDSC_WANT_IF=$DDSC_IF
+if [ -f "$DDSC_STATE/config" ]; then
+  read -r DDSC_SUBNET DDSC_IF < "$DDSC_STATE/config"
+fi
 DDSC_PREFIX=${DDSC_SUBNET%.0/24}
 
 ddsc_host_ns() { echo "$DDSC_NAME-h$1"; }      # network namespace of host k
