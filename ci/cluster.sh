@@ -143,15 +143,15 @@ case_ ompi m0-dflt 2x2 "method0-defaults [fix:osc]" 90 \
 
 # ---- Python suites (subsets that read other ranks' rows) ----------------------------
 core_k="(test_every_dtype_all_rows and (float64 or bool)) or test_spanning or test_get_batch_random or test_get_ranges or test_epochs_with_width or test_mismatch_across_ranks or test_bad_batch_on_one_rank"
-torch_k="test_ddp_loss_decreases or test_same_draws_global_rng or test_distdataset_batches_collate or test_width_groups or test_method0_reads_in_one_thread or test_reuse_buffers_no_batch"
+torch_k="test_ddp_loss_decreases or test_fabric_methods_parallel_reads or test_same_draws_global_rng or test_distdataset_batches_collate or test_width_groups or test_method0_reads_in_one_thread or test_reuse_buffers_no_batch"
 sampler_k="test_defaults_from_store or test_restart_on_other_replica"
 case_ ompi m0-ucx 2x2 "pytest core (-k subset)" 240 env "${M0[@]}" "${UCX[@]}" $cl/ompi-run 2 2 -- "${PYT[@]}" tests/python/core -k "$core_k"
 case_ ompi m1-tcp 2x2 "pytest core (-k subset)" 240 env "${M1[@]}" DDSTORE_NODE_LOCAL=0 $cl/ompi-run 2 2 -- "${PYT[@]}" tests/python/core -k "$core_k"
 case_ ompi m2-tcp 2x2 "pytest core (-k subset)" 240 env "${M2[@]}" DDSTORE_NODE_LOCAL=0 $cl/ompi-run 2 2 -- "${PYT[@]}" tests/python/core -k "$core_k"
-case_ ompi m0-ucx 2x2 "pytest torch (-k subset)" 240 env "${M0[@]}" "${UCX[@]}" $cl/ompi-run 2 2 -- "${PYT[@]}" tests/python/torch -k "$torch_k"
+case_ ompi m0-ucx 2x2 "pytest torch (-k subset)" 240 env "${M0[@]}" "${UCX[@]}" DDSTORE_FABRIC=tcp $cl/ompi-run 2 2 -- "${PYT[@]}" tests/python/torch -k "$torch_k"
 case_ ompi m0-ucx 2x2 "pytest sampler (-k subset)" 240 env "${M0[@]}" "${UCX[@]}" $cl/ompi-run 2 2 -- "${PYT[@]}" tests/python/sampler -k "$sampler_k"
 case_ mpich m0 2x2 "pytest core (-k subset)" 240 env "${mpich_env[@]}" "${M0[@]}" $cl/mpich-run 2 2 -- "${MPYT[@]}" tests/python/core -k "$core_k"
-case_ mpich m0 2x2 "pytest torch (-k subset)" 240 env "${mpich_env[@]}" "${M0[@]}" $cl/mpich-run 2 2 -- "${MPYT[@]}" tests/python/torch -k "$torch_k"
+case_ mpich m0 2x2 "pytest torch (-k subset)" 240 env "${mpich_env[@]}" "${M0[@]}" DDSTORE_FABRIC=tcp $cl/mpich-run 2 2 -- "${MPYT[@]}" tests/python/torch -k "$torch_k"
 
 # ---- faults across hosts ------------------------------------------------------------
 case_ ompi m2-tcp 2x1+1 "fault: core host's link down under a reader" 120 bash $cl/faults.sh link-down
