@@ -4,6 +4,8 @@
 #   bash ci/mpich.sh            install MPICH if missing, build build-mpich/, run the C tests
 #   bash ci/mpich.sh --python   also build mpi4py from source against MPICH into
 #                               .mpich/venv (cached) and run the Python core suite with it
+#   bash ci/mpich.sh --build    only install and build (build-mpich/ and the cached
+#                               mpi4py venv), run nothing (ci/cluster.sh uses it)
 #
 # Installing libmpich-dev/mpich must not change which MPI the machine uses by
 # default: Debian registers both in the `mpi` and `mpirun` alternatives and
@@ -28,6 +30,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 python_too=0
 [ "${1:-}" = "--python" ] && python_too=1
+build_only=0
+[ "${1:-}" = "--build" ] && build_only=1
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 alt_value() { update-alternatives --query "$1" 2>/dev/null | awk '/^Value:/ {print $2}'; }
@@ -89,6 +93,32 @@ grep -q libfabric <<<"$(ldd "$libdir/libddstore.so")" && has_fabric=1
 hsdir="$(mktemp -d /tmp/ddstore-mpich-hs.XXXXXX)"
 trap 'rm -rf "$hsdir"' EXIT
 
+# mpi4py against MPICH in a cached virtual environment; sets $venv.
+build_mpich_venv() {
+  # Outside the checkout, so that CI runs on the same machine (each in a
+  # fresh clone) reuse the mpi4py build.
+  venv=${PYDDSTORE_MPICH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/pyddstore/mpich-venv}
+  mkdir -p "$(dirname "$venv")"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "from mpi4py import MPI; assert 'MPICH' in MPI.Get_library_version()" 2>/dev/null; then
+    echo "mpich: building mpi4py from source against MPICH into $venv (cached; takes a few minutes)"
+    t0=$SECONDS
+    python3 -m venv --system-site-packages "$venv"
+    # numpy/pytest from the main venv's pinned requirements; mpi4py compiled
+    # with mpicc.mpich, never the Open MPI wheel.
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q numpy pytest tqdm
+    "$venv/bin/python" -m pip install -q torch==2.13.0
+    env MPICC=mpicc.mpich CC=mpicc.mpich nice "$venv/bin/python" -m pip install -q \
+      --no-binary=mpi4py --no-cache-dir --no-build-isolation mpi4py
+    echo "mpich: mpi4py built in $((SECONDS - t0)) s"
+  fi
+}
+if [ $build_only = 1 ]; then
+  build_mpich_venv
+  echo "mpich: built $build and $venv (--build: no tests run)"
+  exit 0
+fi
+
 failures=0
 run() { # run <label> <timeout> <command...>
   local label=$1 t=$2; shift 2
@@ -128,23 +158,7 @@ fi
 
 # ---- mpi4py against MPICH (optional, cached) ------------------------------------------
 if [ $python_too = 1 ]; then
-  # Outside the checkout, so that CI runs on the same machine (each in a
-  # fresh clone) reuse the mpi4py build.
-  venv=${PYDDSTORE_MPICH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/pyddstore/mpich-venv}
-  mkdir -p "$(dirname "$venv")"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "from mpi4py import MPI; assert 'MPICH' in MPI.Get_library_version()" 2>/dev/null; then
-    echo "mpich: building mpi4py from source against MPICH into $venv (cached; takes a few minutes)"
-    t0=$SECONDS
-    python3 -m venv --system-site-packages "$venv"
-    # numpy/pytest from the main venv's pinned requirements; mpi4py compiled
-    # with mpicc.mpich, never the Open MPI wheel.
-    "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q numpy pytest tqdm
-    "$venv/bin/python" -m pip install -q torch==2.13.0
-    env MPICC=mpicc.mpich CC=mpicc.mpich nice "$venv/bin/python" -m pip install -q \
-      --no-binary=mpi4py --no-cache-dir --no-build-isolation mpi4py
-    echo "mpich: mpi4py built in $((SECONDS - t0)) s"
-  fi
+  build_mpich_venv
   "$venv/bin/python" -c "from mpi4py import MPI; print('mpich: mpi4py', MPI.Get_library_version().splitlines()[0])"
   mpich_py() { # mpich_py <label> <ranks> <suite> [env...]
     local label=$1 n=$2 suite=$3; shift 3

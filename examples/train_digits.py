@@ -79,13 +79,17 @@ def main():
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
 
-    # torch.distributed over gloo, rendezvous address from rank 0.
-    port = None
+    # torch.distributed over gloo, rendezvous address from rank 0: loopback
+    # on one host; rank 0's host name when the job spans several (loopback
+    # would not reach it from the others).
+    multi_host = len(set(comm.allgather(MPI.Get_processor_name()))) > 1
+    port = host = None
     if rank == 0:
+        host = socket.gethostname() if multi_host else "127.0.0.1"
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind(("" if multi_host else "127.0.0.1", 0))
             port = s.getsockname()[1]
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_ADDR", comm.bcast(host))
     os.environ["MASTER_PORT"] = str(comm.bcast(port))
     dist.init_process_group("gloo", rank=rank, world_size=size)
 

@@ -4,7 +4,9 @@
  * (FI_TCP_IFACE=lo). The MPI ranks form the core group; rank 0 starts reader
  * processes of this same program (`--reader`) with posix_spawn, outside
  * mpiexec: they call no MPI function, join from the directory and read every
- * row bit-exact. Checks:
+ * row bit-exact. Across hosts: DDS_TEST_READER_LAUNCHER starts the readers
+ * through a command (on another host), DDSTORE_TEST_SHARED_DIR is where the
+ * handshake directories go (default $TMPDIR, else /tmp). Checks:
  *  - an empty or missing directory times out in the configured time, with a
  *    message naming the directory;
  *  - files left by an earlier run (no live publisher) are never used: a
@@ -131,7 +133,10 @@ static int reader_main(const char *dir, int n_core)
     /* A reader cannot write. */
     CHECK(dds_add(s, "x", "a", 1, 1, 0) == DDS_ESTATE, "add on a reader");
     OK(dds_free(s));
-    printf("reader %d: joined and read every row in %.2f s (%d checks)\n", (int)getpid(), now() - t0, checks);
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    printf("reader %d on %s: joined and read every row in %.2f s (%d checks)\n", (int)getpid(), host,
+           now() - t0, checks);
     return 0;
 }
 
@@ -179,14 +184,35 @@ static int dead_reader_main(const char *dir, int n_core)
     return 0;
 }
 
+/* Readers are children of rank 0; with DDS_TEST_READER_LAUNCHER set (words
+ * separated by spaces, e.g. "tests/cluster/host-exec 3") they are started
+ * through that command instead, so that they can run on a host with no core
+ * rank (tests/cluster/README.md). The launcher must exec the reader, whose
+ * exit status is the launcher's. */
 static pid_t spawn_reader(const char *self, const char *dir, int n_core, const char *mode)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", n_core);
-    char *args[] = { (char *)self, (char *)mode, (char *)dir, n, NULL };
+    static char words[1024];
+    char *args[24];
+    int k = 0;
+    const char *launcher = getenv("DDS_TEST_READER_LAUNCHER");
+    if (launcher && *launcher) {
+        CHECK(strlen(launcher) < sizeof words, "DDS_TEST_READER_LAUNCHER too long");
+        strcpy(words, launcher);
+        for (char *t = strtok(words, " "); t; t = strtok(NULL, " ")) {
+            CHECK(k < 19, "DDS_TEST_READER_LAUNCHER has too many words");
+            args[k++] = t;
+        }
+    }
+    args[k++] = (char *)self;
+    args[k++] = (char *)mode;
+    args[k++] = (char *)dir;
+    args[k++] = n;
+    args[k] = NULL;
     pid_t pid;
-    int rc = posix_spawn(&pid, self, NULL, NULL, args, environ);
-    CHECK(rc == 0, "posix_spawn: %s", strerror(rc));
+    int rc = posix_spawnp(&pid, args[0], NULL, NULL, args, environ);
+    CHECK(rc == 0, "posix_spawnp %s: %s", args[0], strerror(rc));
     return pid;
 }
 
@@ -485,7 +511,11 @@ int main(int argc, char **argv)
     /* One private base directory for the whole job. */
     char base[PATH_MAX] = { 0 };
     if (rank == 0) {
-        const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        /* DDSTORE_TEST_SHARED_DIR: a directory that readers on other hosts see
+         * too (each simulated host has its own /tmp). */
+        const char *tmp = getenv("DDSTORE_TEST_SHARED_DIR");
+        if (!tmp || !*tmp)
+            tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
         snprintf(base, sizeof base, "%s/dds-hs-test-XXXXXX", tmp);
         CHECK(mkdtemp(base) != NULL, "mkdtemp");
     }

@@ -1,4 +1,5 @@
 """A short DistributedDataParallel run (gloo) fed by DistDataset + ThreadDataLoader: the loss drops."""
+import datetime
 import os
 import socket
 
@@ -19,14 +20,19 @@ def sample(i):
 
 
 def test_ddp_loss_decreases(world):
-    port = None
+    # Rendezvous on loopback on one host, on rank 0's host name when the job
+    # spans several (tests/cluster/): loopback would not reach it from there.
+    multi_host = len(set(world.allgather(socket.gethostname()))) > 1
+    port = host = None
     if world.rank == 0:
+        host = socket.gethostname() if multi_host else "127.0.0.1"
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind(("" if multi_host else "127.0.0.1", 0))
             port = s.getsockname()[1]
-    port = world.bcast(port)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=world.rank, world_size=world.size)
+    host, port = world.bcast((host, port))
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = host, str(port)
+    dist.init_process_group("gloo", rank=world.rank, world_size=world.size,
+                            timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(0)
     ds = DistDataset(MapSource(256, sample), "ddp")
     try:
