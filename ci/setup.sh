@@ -8,7 +8,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-apt_pkgs=(libopenmpi-dev openmpi-bin libfabric-dev libfabric-bin pkg-config gcc openjdk-17-jre-headless clang-14 libclang-rt-14-dev valgrind)
+apt_pkgs=(libopenmpi-dev openmpi-bin libfabric-dev libfabric-bin pkg-config gcc gfortran openjdk-17-jre-headless clang-14 libclang-rt-14-dev valgrind iperf3 iproute2)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
