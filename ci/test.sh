@@ -43,7 +43,7 @@ run "C ThreadSanitizer" 900 bash tests/c/tsan-tests.sh build-ci
 if command -v mpifort >/dev/null; then
   run "Fortran module" 300 bash tests/fortran/run.sh
   if python -c "import pyddstore, sys; sys.exit(0 if pyddstore.has_fabric() else 1)"; then
-    run "example insitu" 120 bash examples/insitu/run.sh
+    run "example insitu" 150 bash examples/insitu/run.sh
   fi
 else
   echo "=== no mpifort: Fortran module test and in-situ example skipped"
