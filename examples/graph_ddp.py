@@ -54,8 +54,11 @@ class GIN(torch.nn.Module):
         return self.out(global_add_pool(h, batch))
 
 
-def main(comm=MPI.COMM_WORLD, graphs=2000, epochs=4, verbose=True):
-    """Train; returns the mean loss of each epoch (the same on every rank)."""
+def main(comm=MPI.COMM_WORLD, graphs=2000, epochs=4, batch_graphs=64, verbose=True):
+    """Train; returns the mean loss of each epoch (the same on every rank).
+
+    batch_graphs: graphs per batch on average (the node budget is that many mean-sized molecules).
+    """
     rank, size = comm.Get_rank(), comm.Get_size()
     # torch.distributed over gloo, rendezvous on this machine (rank 0 picks a free port).
     port = None
@@ -71,7 +74,7 @@ def main(comm=MPI.COMM_WORLD, graphs=2000, epochs=4, verbose=True):
     # with encode=). Collective: each rank reads and stores only its share of it.
     source = _Molecules(graphs)
     ds = DistDataset(source, "molecules", comm=comm, dtypes={"pos": torch.float32})
-    sampler = BudgetBatchSampler(ds, max_num_nodes=64 * 35, seed=1)   # ~64 molecules a batch
+    sampler = BudgetBatchSampler(ds, max_num_nodes=batch_graphs * 35, seed=1)   # ~35 atoms a molecule
     loader = DataLoader(ds, batch_sampler=sampler, num_workers=2)
 
     torch.manual_seed(0)

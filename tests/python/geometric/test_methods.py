@@ -70,6 +70,8 @@ ds.free()
 
 
 def test_reader_in_another_job(world, monkeypatch):
+    if world.size > 2:
+        pytest.skip("the reader child (a fresh torch_geometric import) runs at 1 and 2 core ranks")
     _fabric(world, monkeypatch)
     hs = world.bcast(tempfile.mkdtemp(prefix="ddsgeo-") if world.rank == 0 else None)
     ds = DistDataset(Graphs(N, pair=True), "geo_pub", comm=world, method=2, handshake_dir=hs)
