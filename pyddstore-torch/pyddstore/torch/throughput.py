@@ -571,6 +571,11 @@ def cli():
     status: 0, 1 after an error (one line on stderr from rank 0, the same status on every rank;
     an error that only one rank saw outside an agreement point aborts the MPI job, so that no
     rank is left waiting), 2 for bad arguments."""
+    if "--petastorm-worker" in sys.argv[1:]:
+        # In Petastorm's environment, without MPI: a failure prints its traceback, whose last
+        # line the MPI parent reports.
+        main()
+        return 0
     traceback_wanted = "--traceback" in sys.argv[1:]
     try:
         main()
