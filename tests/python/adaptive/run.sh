@@ -31,7 +31,7 @@ done
 
 example() { # example <ranks>: the port runs, learns, and writes its TensorBoard events
   local n=$1 out="$work/example-$1.log"
-  timeout -k 10 300 mpiexec -n "$n" "$py" examples/adaptdl_port.py --epochs 2 --logdir "$work/tb-$n" >"$out" 2>&1 \
+  timeout -k 10 300 mpiexec -n "$n" "$py" examples/adaptdl_port.py --epochs 1 --logdir "$work/tb-$n" >"$out" 2>&1 \
     || { tail -30 "$out"; return 1; }
   local acc
   acc=$(sed -n 's/^final validation accuracy //p' "$out" | head -1)
