@@ -882,8 +882,13 @@ class PyDDStore:
     def get_batch(self, name, out, rows):
         """Read global rows ``rows[i]`` into ``out[i]`` (any order, repeats
         allowed; ``out.shape[0] >= len(rows)``). Method 0: collective over the
-        group (every rank of the group calls it the same number of times;
-        pass an empty `rows` when there is nothing to read)."""
+        group where the group spans nodes or DDSTORE_NODE_LOCAL=0 (every rank
+        of the group calls it the same number of times; pass an empty `rows`
+        when there is nothing to read); a bad argument on one rank then
+        raises on every rank ("rank k: ..."), and unequal numbers of calls
+        raise or just work, never hang (docs/concepts.rst). Where the whole
+        group shares node memory, and for methods 1/2, reads are not
+        collective: a bad argument raises on this rank only."""
         # Fast path for what a loader passes on every batch: a known variable, a writable
         # C-contiguous ndarray whose layout already passed the checks below, and a 1-D
         # C-contiguous writable int64 ndarray of rows. O(1) checks only: libddstore checks

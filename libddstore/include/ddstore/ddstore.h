@@ -215,9 +215,9 @@ DDS_API void dds_options_init(dds_options *opts);
  * Method 0 over a group that is not wholly in node shared memory: a small
  * test window is created and read at create; DDS_ENOTSUP on every rank,
  * naming the settings to use, when the MPI's one-sided communication does
- * not work on this network (Open MPI's default osc/rdma over TCP:
- * OMPI_MCA_osc=ucx UCX_TLS=tcp,self,sm,cma, or method 1 with
- * DDSTORE_FABRIC=tcp). DDS_EINVAL when DDSTORE_COLLECTIVE_TIMEOUT_S or
+ * not work on this network (Open MPI's default osc/rdma over TCP; use
+ * Open MPI's osc/ucx, or method 1 with libfabric's tcp provider, as
+ * docs/clusters.rst says). DDS_EINVAL when DDSTORE_COLLECTIVE_TIMEOUT_S or
  * DDSTORE_TEST_NODES is malformed.
  * Collective over the communicator. */
 DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts);
@@ -287,7 +287,7 @@ DDS_API int dds_get(dds_store *store, const char *name, void *out,
  * nrows 0 is valid (rows may then be NULL).
  * Method 0: group-collective (every rank of the group calls it the same
  * number of times; a rank with nothing to read passes nrows 0) where the
- * group spans nodes or node shared memory is off (DDSTORE_NODE_LOCAL=0):
+ * group spans nodes or node shared memory is off (DDSTORE_NODE_LOCAL 0):
  * the MPIs in use need the target inside MPI to serve a get (measured:
  * Open MPI's osc/pt2pt and osc/ucx over TCP, MPICH without
  * MPICH_ASYNC_PROGRESS). A bad argument on one rank then fails the read on
