@@ -24,7 +24,7 @@
 
 #include "internal.h"
 
-#define DEFAULT_TIMEOUT_S 600.0
+#define DEFAULT_TIMEOUT_S 1800.0
 
 static const char *kind_name(int kind)
 {

@@ -27,7 +27,7 @@
  *    the group that carries the kind of call each rank is in (read, i.e.
  *    dds_get_batch/dds_get_ranges/dds_read_fail where reads are collective;
  *    epoch_begin; epoch_end; sync; add/init; free), and every wait in it is
- *    bounded by DDSTORE_COLLECTIVE_TIMEOUT_S seconds (default 600; 0 waits
+ *    bounded by DDSTORE_COLLECTIVE_TIMEOUT_S seconds (default 1800; 0 waits
  *    for ever). So out-of-step ranks never wait for ever:
  *      - ranks in different calls (one rank reading a batch more than the
  *        others while they are in epoch_end, say) all fail with
