@@ -287,11 +287,12 @@ static int rma_get_indexed(dds_var *v, const dds_read_op *ops, size_t n, int *le
 }
 
 /* Whether runs of one owner go as one indexed MPI_Get (DDSTORE_RMA_INDEXED=1;
- * default off: one MPI_Get per transfer). Off by default because Open MPI
- * 4.1's osc/ucx returns wrong bytes for derived datatypes in MPI_Get (seen
- * across simulated hosts in bench/b5_remote.py, with the origin as an
- * hindexed type over MPI_BOTTOM and also with a contiguous origin), while
- * osc/rdma and osc/pt2pt read them right and 3-6x faster for small rows.
+ * default off: one MPI_Get per transfer). Off by default until it is
+ * checked across hosts: with Open MPI 4.1's osc/ucx between simulated
+ * hosts it returned wrong rows (bench/b5_remote.py), but so did per-row
+ * gets there while UCX used its sm/cma transports (the simulated hosts
+ * share one kernel); it was not re-run with UCX_TLS=tcp,self. On one host
+ * (osc/rdma) it is right (core suite) and 3-6x faster for small rows.
  * Read at every call: getenv costs nothing next to MPI_Get, and a
  * benchmark can compare both ways in one process. */
 static bool rma_indexed_enabled(void) { return dds_env_flag("DDSTORE_RMA_INDEXED", false); }
