@@ -298,8 +298,16 @@ def b5_section(docs, lines, summary):
                          f"- | - | {r['samples_per_s_per_rank'] / 1e3:.1f}k vs {base['samples_per_s_per_rank'] / 1e3:.1f}k "
                          f"samples/s/rank | {fmt(ratio)} (2 hosts / 1 host) | {tgt} | {v} |")
             summary.append((f"B5 loader {r['config']} 520 B across 2 hosts vs 1 host", ratio, tgt, v))
+        if "m0" in one and "m1_tcp" in one and (one["m0"]["samples_per_s_per_rank"]
+                                                < 0.1 * one["m1_tcp"]["samples_per_s_per_rank"]):
+            lines.append("- Method 0's loader is under a tenth of method 1's even on one host here: its "
+                         "across-hosts ratio compares two equally slow runs and says nothing about the link.")
         for note in l2["notes"] + l1["notes"]:
             lines.append(f"- {note}")
+    ceil = {r["variant"]: r for r in rs if r["part"] == "ceiling"}
+    if ip and "contig_m0" in ceil and ceil["contig_m0"]["agg_bytes_per_s"] > 10 * ip:
+        lines.append("- contig_m0 far above the link: method 0's contiguous read did not cross it (a memory "
+                     "copy); not a network figure.")
     for note in doc["notes"]:
         lines.append(f"- {note}")
     lines.append("- All simulated hosts share this machine's cores: the link and the stores compete for "

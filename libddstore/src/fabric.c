@@ -99,7 +99,7 @@ struct dds_fabric {
     bool thread_started;
     pthread_t thread;
     _Atomic int stop;
-    pthread_mutex_t progress_lock; /* held by the progress thread while it drives the target */
+    _Atomic uint64_t passes; /* progress passes completed (see quiesce_progress) */
 
     /* method 2 */
     int method;
@@ -350,7 +350,6 @@ static void fab_init_struct(struct dds_fabric *F)
     pthread_mutex_init(&F->cq_lock, NULL);
     pthread_mutex_init(&F->read_lock, NULL);
     pthread_mutex_init(&F->attach_lock, NULL);
-    pthread_mutex_init(&F->progress_lock, NULL);
     /* Readers hold recv_lock for a whole read call; with glibc's default
      * (readers first) a thread registering a buffer while others read
      * back to back waits for ever (seen: 0 reads in 3 s for the threads
@@ -524,7 +523,6 @@ static void *progress_main(void *arg)
     struct fi_cq_entry e[8];
     while (!atomic_load(&F->stop)) {
         ssize_t n;
-        pthread_mutex_lock(&F->progress_lock);
         if (F->progress == PROGRESS_WAIT)
             n = fi_cq_sread(F->t_cq, e, 8, NULL, 1000);
         else
@@ -535,29 +533,29 @@ static void *progress_main(void *arg)
             if (fi_cq_readerr(F->t_cq, &ee, 0) == 1)
                 dds_debug("fabric: target completion error: %s", fi_strerror(ee.err));
         }
-        pthread_mutex_unlock(&F->progress_lock);
+        atomic_fetch_add_explicit(&F->passes, 1, memory_order_release);
         if (n == -FI_EAGAIN && F->progress == PROGRESS_POLL)
             sleep_s((double)F->poll_us * 1e-6);
     }
     return NULL;
 }
 
-/* Wait until the progress thread is between two passes: a reply it was
- * sending from a shard (tcp sends read data from inside the target's
- * progress call) is out of the shard then, so the shard can be released.
- * A blocking wait is cut short with fi_cq_signal. */
+/* Wait until the progress pass under way (if any) has ended: a reply it
+ * was sending from a shard (tcp sends read data from inside the target's
+ * progress call) is then out of the shard, which can be released. Passes
+ * are counted rather than locked: the thread starts its next pass at
+ * once, and a lock would be handed back to it every time. A blocking wait
+ * is cut short with fi_cq_signal. */
 static void quiesce_progress(struct dds_fabric *F)
 {
     if (!F->thread_started)
         return;
-    /* trylock: the thread takes the lock again right after each pass, and
-     * a plain lock could lose that race to a 1 s wait every time. */
-    while (pthread_mutex_trylock(&F->progress_lock) != 0) {
+    uint64_t p0 = atomic_load_explicit(&F->passes, memory_order_acquire);
+    do {
         if (F->progress == PROGRESS_WAIT)
             fi_cq_signal(F->t_cq);
         sleep_s(50e-6);
-    }
-    pthread_mutex_unlock(&F->progress_lock);
+    } while (atomic_load_explicit(&F->passes, memory_order_acquire) == p0);
 }
 
 static int start_progress(struct dds_fabric *F)
@@ -650,7 +648,6 @@ static void fab_free(struct dds_fabric *F)
     pthread_mutex_destroy(&F->cq_lock);
     pthread_mutex_destroy(&F->read_lock);
     pthread_mutex_destroy(&F->attach_lock);
-    pthread_mutex_destroy(&F->progress_lock);
     pthread_rwlock_destroy(&F->recv_lock);
     free(F);
 }

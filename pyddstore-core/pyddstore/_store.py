@@ -43,6 +43,7 @@ _c = _lib.lib
 _INT64_MAX = (1 << 63) - 1
 _INT64 = np.dtype(np.int64)
 _Byte = ctypes.c_char  # element type of the zero-copy views get_batch passes by reference
+_byref = ctypes.byref
 
 # (kind, itemsize) of native numpy dtypes -> enum dds_dtype tag.
 _TAG_OF_KIND = {
@@ -666,7 +667,7 @@ class PyDDStore:
                 self._raise(rc)
         v = _Var()
         v.layouts = set()  # (dtype, shape[1:]) of output arrays that passed _check_rows_match
-        v.get_dtype = v.get_tail = None  # the last layout get() accepted (its fast path)
+        v.get_dtype = v.get_tail = None  # the last layout get()/get_batch() accepted (fast paths)
         v.name = name
         v.bname = bname
         v.tag = ci.dtype
@@ -830,7 +831,7 @@ class PyDDStore:
             # ctypes truncates an int beyond int64 silently: the range is checked here.
             if f.c_contiguous and f.writeable and 0 <= start <= v.global_rows - n:
                 with self._h as ptr:
-                    rc = _c.dds_get(ptr, v.bname, ctypes.byref(_Byte.from_buffer(arr)), start, n)
+                    rc = _c.dds_get(ptr, v.bname, _byref(_Byte.from_buffer(arr)), start, n)
                 if rc:
                     self._raise(rc)
                 return
@@ -841,6 +842,7 @@ class PyDDStore:
         else:
             out = _to_array(arr, "output", name, output=True)
         _check_rows_match(v, out, "output")
+        v.layouts.add((out.dtype, out.shape[1:]))
         v.get_dtype, v.get_tail = out.dtype, out.shape[1:]
         n = out.shape[0]
         s = start if type(start) is int else _index(start, "start")
@@ -894,25 +896,31 @@ class PyDDStore:
         # C-contiguous writable int64 ndarray of rows. O(1) checks only: libddstore checks
         # every row against the variable's range itself (and, where a group-collective read
         # synchronises, reports DDS_ERANGE on every rank of the group, so none is left waiting).
+        # Layout and dtype tests by identity first (shared dtype objects), the set lookup only
+        # when a caller alternates layouts: hashing a dtype costs about as much as the checks.
         v = self._vars.get(name) if type(name) is str else None
-        if (v is not None and type(out) is np.ndarray and type(rows) is np.ndarray
-                and rows.dtype == _INT64 and rows.ndim == 1 and out.ndim
-                and 0 < rows.shape[0] <= out.shape[0] and (out.dtype, out.shape[1:]) in v.layouts):
-            of, rf = out.flags, rows.flags
-            if of.c_contiguous and of.writeable and rf.c_contiguous and rf.writeable:
-                with self._h as ptr:
-                    # from_buffer + byref: the data address without building .ctypes or
-                    # __array_interface__ (each costs more than the C call for small reads).
-                    rc = _c.dds_get_batch(ptr, v.bname, ctypes.byref(_Byte.from_buffer(out)),
-                                          ctypes.byref(_Byte.from_buffer(rows)), rows.shape[0])
-                if rc:
-                    self._raise(rc)
-                return
+        if (v is not None and type(out) is np.ndarray and type(rows) is np.ndarray and rows.ndim == 1
+                and out.ndim):
+            n = rows.shape[0]
+            rd, od, tail = rows.dtype, out.dtype, out.shape[1:]
+            if (0 < n <= out.shape[0] and (rd is _INT64 or rd == _INT64)
+                    and ((od is v.get_dtype and tail == v.get_tail) or (od, tail) in v.layouts)):
+                of, rf = out.flags, rows.flags
+                if of.c_contiguous and of.writeable and rf.c_contiguous and rf.writeable:
+                    with self._h as ptr:
+                        # from_buffer + byref: the data address without building .ctypes or
+                        # __array_interface__ (each costs more than the C call for small reads).
+                        rc = _c.dds_get_batch(ptr, v.bname, _byref(_Byte.from_buffer(out)),
+                                              _byref(_Byte.from_buffer(rows)), n)
+                    if rc:
+                        self._raise(rc)
+                    return
         try:
             v = self._var(name)
             o = _to_array(out, "output", name, output=True)
             _check_rows_match(v, o, "output")
             v.layouts.add((o.dtype, o.shape[1:]))
+            v.get_dtype, v.get_tail = o.dtype, o.shape[1:]
             r = _int64_array(rows, "rows", name)
             n = r.size
             if o.shape[0] < n:
