@@ -1184,6 +1184,19 @@ static int read_timed_out(struct dds_fabric *F, read_batch *b)
                    (double)F->read_timeout_ns * 1e-9, owner);
 }
 
+/* One wait of a reader for a slot or a completion: 0 after waiting a
+ * little, or the error that ends the read (the group vanished, or no
+ * progress within the read deadline); the batch is then abandoned. */
+static int wait_or_fail(struct dds_fabric *F, waiter *w, read_batch *b)
+{
+    if (gave_up(F, w))
+        return abandon(F);
+    if (stalled(F, w, b))
+        return read_timed_out(F, b);
+    wait_some(F, w);
+    return DDS_OK;
+}
+
 static void wait_reset(waiter *w) { w->since = 0; }
 
 static const recv_reg *find_recv(const struct dds_fabric *F, const char *dst, size_t len)
@@ -1400,17 +1413,8 @@ static int read_ops(struct dds_fabric *F, struct dds_fabric_var *FV, const dds_r
                     break;
                 }
             }
-            if (!sl) {
-                if (gave_up(F, &w)) {
-                    post_rc = abandon(F);
-                    goto abandoned;
-                }
-                if (stalled(F, &w, b)) {
-                    post_rc = read_timed_out(F, b);
-                    goto abandoned;
-                }
-                wait_some(F, &w);
-            }
+            if (!sl && (post_rc = wait_or_fail(F, &w, b)))
+                goto abandoned;
         }
         wait_reset(&w);
         fill_slot(F, FV, sl, ops, nops, desc, &i, &done);
@@ -1423,14 +1427,11 @@ static int read_ops(struct dds_fabric *F, struct dds_fabric_var *FV, const dds_r
                 break;
             }
             if (r == -FI_EAGAIN) {
-                bool dead = gave_up(F, &w), late = !dead && stalled(F, &w, b);
-                if (dead || late) {
+                if ((post_rc = wait_or_fail(F, &w, b))) {
                     atomic_store(&sl->busy, 0);
                     atomic_fetch_sub(&b->pending, 1);
-                    post_rc = dead ? abandon(F) : read_timed_out(F, b);
                     goto abandoned;
                 }
-                wait_some(F, &w);
                 continue;
             }
             atomic_store(&sl->busy, 0);
@@ -1441,15 +1442,11 @@ static int read_ops(struct dds_fabric *F, struct dds_fabric_var *FV, const dds_r
     }
     wait_reset(&w);
     while (atomic_load_explicit(&b->pending, memory_order_acquire) > 0) {
-        if (gave_up(F, &w)) {
-            post_rc = abandon(F);
+        int wrc = wait_or_fail(F, &w, b); /* post_rc may hold a failed post: keep it */
+        if (wrc) {
+            post_rc = wrc;
             goto abandoned;
         }
-        if (stalled(F, &w, b)) {
-            post_rc = read_timed_out(F, b);
-            goto abandoned;
-        }
-        wait_some(F, &w);
     }
     int rc = post_rc ? post_rc : b->err ? dds_err(b->err, "%s", b->msg) : DDS_OK;
     free(b);
