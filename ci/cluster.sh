@@ -172,6 +172,14 @@ case_ ompi m1-tcp 2x2 "fault: a core host killed" 120 env "${M1[@]}" bash $cl/fa
 case_ mpich m0 2x2 "fault: a core host killed" 120 \
   env "${mpich_env[@]}" "${M0[@]}" PYTHON="$mvenv/bin/python" bash $cl/faults.sh host-kill mpich-run
 
+# ---- the misuse table across hosts ---------------------------------------------------
+# tests/python/misuse's cases (unequal reads, one rank's bad name/rows/dtype/output,
+# a rank raising between reads, a loader epoch cut short on one rank), each its own
+# job over 2 hosts: 2 ranks (one a host) and 3 (a node peer and a remote rank).
+case_ ompi m0-ucx 2h "misuse table across hosts (2, 3 ranks)" 300 \
+  env "${UCX[@]}" DDS_MISUSE_MPIEXEC="$root/$cl/mpirun.sh --hosts 2" DDS_MISUSE_SPANS_HOSTS=1 \
+  bash tests/python/misuse/run.sh -k "nl0 and not window_lock"
+
 # ---- the main job across 2 hosts ----------------------------------------------------
 case_ ompi m0-ucx 2x2 "main job: examples/train_digits.py" 300 \
   env "${M0[@]}" "${UCX[@]}" $cl/ompi-run 2 2 -- python examples/train_digits.py --epochs 2
