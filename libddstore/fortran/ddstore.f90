@@ -224,6 +224,16 @@ module ddstore
       integer(c_int) :: dds_get_ranges
     end function dds_get_ranges
 
+    ! A rank that found its own read arguments bad joins the group's
+    ! collective read with its code and message (DDSTORE_1.1).
+    function dds_read_fail(store, code, message) bind(C, name="dds_read_fail")
+      import :: c_ptr, c_int, c_char
+      type(c_ptr), value :: store
+      integer(c_int), value :: code
+      character(kind=c_char) :: message(*)
+      integer(c_int) :: dds_read_fail
+    end function dds_read_fail
+
     function dds_epoch_begin(store) bind(C, name="dds_epoch_begin")
       import :: c_ptr, c_int
       type(c_ptr), value :: store

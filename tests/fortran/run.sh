@@ -25,7 +25,8 @@ export LD_LIBRARY_PATH="$(pkg-config --variable=libdir libddstore)${LD_LIBRARY_P
 for n in 1 2 3 4; do
   timeout -k 10 120 mpiexec -n "$n" build-fortran/test_fortran
 done
-if nm -D "$(pkg-config --variable=libdir libddstore)/libddstore.so" | grep -q ' fi_getinfo'; then
+# (grep -q at the end of a pipe can SIGPIPE nm and fail the pipeline under pipefail)
+if grep -q ' fi_getinfo' <<<"$(nm -D "$(pkg-config --variable=libdir libddstore)/libddstore.so")"; then
   DDSTORE_METHOD=1 DDSTORE_FABRIC=shm DDSTORE_NODE_LOCAL=0 timeout -k 10 120 mpiexec -n 2 build-fortran/test_fortran
   hs=$(mktemp -d "${TMPDIR:-/tmp}/dds-fortran-hs-XXXXXX")
   DDSTORE_METHOD=2 DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hs/hs" timeout -k 10 120 mpiexec -n 2 build-fortran/test_fortran
