@@ -102,12 +102,20 @@ up() {
     # The holder: a process that owns the host's UTS and mount namespaces
     # (entered later with nsenter -t <pid>). Private propagation, so the
     # host's /tmp, /dev/shm and /etc/hosts never show outside it.
+    # A checkout under /tmp or /dev/shm is first bind-mounted to a stash
+    # outside them ($2/share<k>), then back at its own path inside the new
+    # tmpfs, so that every host still sees the one shared checkout.
     rm -f "$DDSC_STATE/h$k.pid"
+    mkdir -p "$DDSC_STATE/share$k"
     setsid ip netns exec "$ns" unshare --uts --mount --propagation private -- \
-      sh -c 'hostname "$1" && mount -t tmpfs -o mode=1777 tmpfs /tmp &&
-             mount -t tmpfs -o mode=1777 tmpfs /dev/shm && mount --bind "$2/hosts" /etc/hosts &&
+      sh -c 'set -e; hostname "$1"
+             case "$4/" in /tmp/*|/dev/shm/*) mount --bind "$4" "$2/share$3"; keep=1 ;; *) keep=0 ;; esac
+             mount -t tmpfs -o mode=1777 tmpfs /tmp
+             mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+             if [ $keep = 1 ]; then mkdir -p "$4" && mount --bind "$2/share$3" "$4"; fi
+             mount --bind "$2/hosts" /etc/hosts
              echo $$ > "$2/h$3.pid.new" && mv "$2/h$3.pid.new" "$2/h$3.pid" && exec sleep infinity' \
-      holder "$(ddsc_host_name "$k")" "$DDSC_STATE" "$k" </dev/null >/dev/null 2>&1 9>&- &
+      holder "$(ddsc_host_name "$k")" "$DDSC_STATE" "$k" "$DDSC_SHARE" </dev/null >/dev/null 2>&1 9>&- &
   done
   for k in $(seq 1 "$n"); do
     for _ in $(seq 1 100); do [ -f "$DDSC_STATE/h$k.pid" ] && break; sleep 0.05; done

@@ -18,6 +18,10 @@ DDSC_STATE_ROOT=${DDS_CLUSTER_STATE:-/run/dds-cluster}
 DDSC_STATE=$DDSC_STATE_ROOT/$DDSC_NAME
 DDSC_BR_NS=$DDSC_NAME-br
 DDSC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The checkout every host sees, like a cluster's shared file system. When it
+# lies under /tmp or /dev/shm (a CI clone in /tmp), each host's private tmpfs
+# would hide it: the host then gets it bind-mounted back at the same path.
+DDSC_SHARE="$(cd "$DDSC_DIR/../.." && pwd)"
 
 ddsc_die() { echo "cluster[$DDSC_NAME]: $*" >&2; exit 1; }
 
