@@ -104,7 +104,7 @@ timeout 300 "$py" -m build --no-isolation --sdist --wheel --outdir "$work/dist" 
   || { tail -30 "$work/build-torch.log"; fail "python -m build pyddstore-torch"; }
 ls -l "$work/dist"
 "$py" - "$work/dist" <<'PY'
-import glob, sys, tarfile, zipfile
+import glob, re, sys, tarfile, zipfile
 dist = sys.argv[1]
 core = glob.glob(f"{dist}/pyddstore_core-*.whl")
 torchw = glob.glob(f"{dist}/pyddstore_torch-*.whl")
@@ -119,7 +119,7 @@ tz = zipfile.ZipFile(torchw[0])
 assert torchw[0].endswith("-py3-none-any.whl"), torchw[0]
 meta = next(n for n in tz.namelist() if n.endswith(".dist-info/METADATA"))
 reqs = [l for l in tz.read(meta).decode().splitlines() if l.startswith("Requires-Dist:")]
-torch_reqs = [r for r in reqs if r.split()[1].startswith("torch")]
+torch_reqs = [r for r in reqs if re.split(r"[ <>=!~;\[(]", r.split(":", 1)[1].strip())[0] == "torch"]
 assert torch_reqs, f"pyddstore-torch does not require torch: {reqs}"
 assert not any("cu1" in r or "+cpu" in r or "==" in r for r in torch_reqs), f"torch pinned to a build: {torch_reqs}"
 for sd in glob.glob(f"{dist}/*.tar.gz"):

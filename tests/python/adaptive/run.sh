@@ -34,7 +34,7 @@ example() { # example <ranks>: the port runs, learns, and writes its TensorBoard
   timeout -k 10 300 mpiexec -n "$n" "$py" examples/adaptdl_port.py --epochs 1 --logdir "$work/tb-$n" >"$out" 2>&1 \
     || { tail -30 "$out"; return 1; }
   local acc
-  acc=$(sed -n 's/^final validation accuracy //p' "$out" | head -1)
+  acc=$(sed -n 's/^final validation accuracy \([0-9.]*\).*/\1/p' "$out" | head -1)  # other ranks' output may share the line
   [ "$(ls "$work/tb-$n"/rank*/events.* 2>/dev/null | wc -l)" -eq "$n" ] \
     || { echo "expected $n TensorBoard event files in $work/tb-$n"; return 1; }
   "$py" -c "import sys; a = float(sys.argv[1]); print('accuracy', a); sys.exit(0 if a > 0.6 else 1)" "${acc:-0}"
