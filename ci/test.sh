@@ -54,7 +54,7 @@ run "MPICH" 2400 bash ci/mpich.sh --python
 # Across simulated hosts (network namespaces, tests/cluster/; skipped loudly
 # where they cannot be made): Open MPI and MPICH x methods 0/1/2, method-2
 # readers on a host of their own, faults across hosts, the main job.
-run "cluster (simulated hosts)" 900 bash ci/cluster.sh build-ci
+run "cluster (simulated hosts)" 1500 bash ci/cluster.sh build-ci
 
 pytest_suite() { # pytest_suite <dir> <timeout> <ranks...> ; env from caller
   local dir=$1 t=$2; shift 2
