@@ -42,12 +42,12 @@
  *        timeout (they left the loop, or wait elsewhere) fails with
  *        DDS_ETIMEDOUT; the store is then unusable (later calls fail with
  *        DDS_ESTATE) and dds_free() releases only what needs no peer.
- *    The gets of a collective read itself complete with a flush: a
- *    target that has stopped reading and never enters MPI again can still
- *    hold them up where the MPI serves gets only while the target is inside
- *    MPI. DDSTORE_RMA_BOUNDED_GETS=1 bounds them too (request-based gets
- *    polled within the timeout); it is off by default because Open MPI 4.1
- *    osc/ucx over sm/cma returned wrong rows that way in tests.
+ *    The gets of a collective read itself complete with a flush, so where
+ *    the MPI serves gets only while the target is inside MPI, a target that
+ *    has stopped reading and never enters MPI again can still hold them up.
+ *    Setting DDSTORE_RMA_BOUNDED_GETS to 1 bounds them too (request-based
+ *    gets polled within the timeout); that is off by default because Open
+ *    MPI 4.1 osc ucx over sm and cma returned wrong rows that way in tests.
  *    Across groups (width < size) only the group's own ranks are checked.
  *  - Thread safety: functions documented as thread-safe may be called from
  *    several threads on the same store at once (the MPI library must then be
