@@ -11,14 +11,21 @@ export PATH="$root/.venv/bin:$PATH"
 
 failures=0
 summary=()
+failed_logs=()
+steplogs="$root/build-ci-logs"
+rm -rf "$steplogs"; mkdir -p "$steplogs"
 run() { # run <label> <timeout-seconds> <command...>
   local label=$1 t=$2; shift 2
-  local t0=$SECONDS verdict=ok
+  local t0=$SECONDS verdict=ok log
+  log="$steplogs/step-${#summary[@]}.log"
   echo "=== $label"
-  if ! timeout -k 10 "$t" "$@"; then
+  # Each step's output is also kept, so that a failure's last lines can be
+  # shown again at the very end, where CI's excerpt of the output looks.
+  if ! timeout -k 10 "$t" "$@" 2>&1 | tee "$log"; then
     echo "FAILED: $label"
     failures=$((failures + 1))
     verdict=FAILED
+    failed_logs+=("$label|$log")
   fi
   # Per-step wall time, so that the suite's 30-minute budget can be kept.
   summary+=("$(printf '%6d s  %-6s %s' $((SECONDS - t0)) "$verdict" "$label")")
@@ -95,6 +102,10 @@ done
 echo "=== summary ($SECONDS s in all)"
 printf '%s\n' "${summary[@]}"
 if [ "$failures" -ne 0 ]; then
+  for f in "${failed_logs[@]}"; do
+    echo "=== last lines of the failed step: ${f%%|*}"
+    grep -vE '^\s*$' "${f#*|}" | tail -n 30
+  done
   echo "$failures test run(s) failed"
   exit 1
 fi
