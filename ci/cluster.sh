@@ -20,7 +20,7 @@
 #
 # Cases that depend on fixes of issue 13 (libddstore) are marked [fix:...]
 # in their labels: "method0-defaults" needs store creation to fail cleanly
-# naming OMPI_MCA_osc=ucx (or to work) with Open MPI's defaults over TCP;
+# naming OMPI_MCA_osc=sm,ucx (or to work) with Open MPI's defaults over TCP;
 # "shared TMPDIR" needs the window lock not to deadlock when every host's
 # TMPDIR is one shared directory.
 set -uo pipefail
@@ -82,6 +82,7 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP
 bash $cl/cluster.sh up 3 || { echo "cluster: set-up failed"; exit 1; }
 
 results=()
+failed_cases=()
 failures=0
 # case <mpi> <method> <hosts> <label> <timeout> <command...>
 case_() {
@@ -105,13 +106,27 @@ case_() {
   summary=$(grep -E "passed|checks passed|PASS|faults: ok|accuracy" "$log" | tail -1 | cut -c1-70)
   printf 'cluster: %-5s %-6s %-8s %-4s %-44s %4ss  %s\n' "$verdict" "$mpi" "$method" "$hosts" "$label" \
     $((SECONDS - t0)) "$summary"
-  [ "$verdict" = pass ] || { echo "----- last lines:"; tail -25 "$log"; echo "-----"; }
+  if [ "$verdict" != pass ]; then
+    echo "----- last lines:"; tail -25 "$log"; echo "-----"
+    # Kept for the recap after the matrix (CI shows the end of the output).
+    cp "$log" "$shared/failed-$failures.log"
+    failed_cases+=("$mpi $method $hosts $label: $verdict|$shared/failed-$failures.log")
+  fi
   results+=("$(printf '%-7s %-9s %-5s %-44s %s' "$mpi" "$method" "$hosts" "$label" "$verdict")")
   # Nothing of a case may outlive it on any host.
   bash $cl/cluster.sh kill-host 1; bash $cl/cluster.sh kill-host 2; bash $cl/cluster.sh kill-host 3
 }
 
-UCX=(OMPI_MCA_osc=ucx UCX_TLS=tcp,self,sm,cma)
+# Open MPI, method 0, the setting docs/clusters.rst gives for TCP networks:
+# osc/sm for the node's shared windows, osc/ucx (over UCX's tcp) for the
+# rest. Method 0 across hosts runs with node-local shared memory on (the
+# default): with it off, node peers read each other through UCX, and both
+# MPIs' UCX paths fail there, with or without pyddstore (measured here,
+# docs/clusters.rst): Open MPI 4.1's osc/ucx hangs in MPI_Win_flush_all when
+# two ranks of one host flush at once; Debian's MPICH 4.0.2 (ch4:ucx) hangs
+# in MPI_Finalize after RMA between ranks of one host (a plain MPI_Get
+# program too). Node-local off is tested on one host (ci/test.sh).
+UCX=(OMPI_MCA_osc=sm,ucx UCX_TLS=tcp,self,sm,cma)
 M0=(DDSTORE_METHOD=0)
 M1=(DDSTORE_METHOD=1 DDSTORE_FABRIC=tcp)
 M2=(DDSTORE_METHOD=2 DDSTORE_FABRIC=tcp DDSTORE_TEST_SHARED_DIR="$shared/hs")
@@ -124,7 +139,6 @@ for mpi in $mpis; do
   if [ $mpi = ompi ]; then run=$cl/ompi-run; b=$build; m0=("${M0[@]}" "${UCX[@]}"); m0l=m0-ucx
   else run=$cl/mpich-run; b=$mbuild; m0=("${M0[@]}"); m0l=m0; fi
   case_ $mpi $m0l 2x2 "C test_core" 180 env "${m0[@]}" $run 2 2 -- "$b/tests/test_core"
-  case_ $mpi $m0l 2x2 "C test_core DDSTORE_NODE_LOCAL=0" 180 env "${m0[@]}" DDSTORE_NODE_LOCAL=0 $run 2 2 -- "$b/tests/test_core"
   [ $mpi = ompi ] && case_ $mpi $m0l 3x1 "C test_core" 180 env "${m0[@]}" $run 3 1 -- "$b/tests/test_core"
   case_ $mpi m1-tcp 2x2 "C test_core" 180 env "${M1[@]}" $run 2 2 -- "$b/tests/test_core"
   case_ $mpi m1-tcp 2x2 "C test_fabric" 180 env "${M1[@]}" DDSTORE_NODE_LOCAL=0 $run 2 2 -- "$b/tests/test_fabric"
@@ -138,10 +152,8 @@ mix=tests/python/cluster
 for mpi in $mpis; do
   if [ $mpi = ompi ]; then run=$cl/ompi-run; p=("${PYT[@]}"); m0=("${M0[@]}" "${UCX[@]}"); m0l=m0-ucx; e=()
   else run=$cl/mpich-run; p=("${MPYT[@]}"); m0=("${M0[@]}"); m0l=m0; e=("${mpich_env[@]}"); fi
-  for nl in 1 0; do
-    case_ $mpi $m0l 2x2 "mixed batches DDSTORE_NODE_LOCAL=$nl" 300 \
-      env "${e[@]}" "${m0[@]}" DDSTORE_NODE_LOCAL=$nl DDSTORE_TEST_HOSTS=2 $run 2 2 -- "${p[@]}" $mix
-  done
+  case_ $mpi $m0l 2x2 "mixed batches" 300 \
+    env "${e[@]}" "${m0[@]}" DDSTORE_TEST_HOSTS=2 $run 2 2 -- "${p[@]}" $mix
   case_ $mpi m1-tcp 2x2 "mixed batches" 300 env "${e[@]}" "${M1[@]}" DDSTORE_TEST_HOSTS=2 $run 2 2 -- "${p[@]}" $mix
   case_ $mpi m2-tcp 2x2 "mixed batches" 300 env "${e[@]}" "${M2[@]}" DDSTORE_TEST_HOSTS=2 $run 2 2 -- "${p[@]}" $mix
 done
@@ -150,7 +162,7 @@ done
 case_ ompi m0-ucx 2x2 "mixed batches, shared TMPDIR [fix:winlock]" 240 \
   env "${M0[@]}" "${UCX[@]}" TMPDIR="$shared/tmpdir" DDSTORE_TEST_HOSTS=2 $cl/ompi-run 2 2 -- "${PYT[@]}" $mix
 # [fix:osc] Open MPI's defaults (osc/rdma over TCP): works, or a clean error
-# naming OMPI_MCA_osc=ucx at store creation on every rank.
+# naming OMPI_MCA_osc=sm,ucx at store creation on every rank.
 case_ ompi m0-dflt 2x2 "method0-defaults [fix:osc]" 180 \
   env "${M0[@]}" $cl/ompi-run 2 2 -- python $cl/method0_defaults.py
 
@@ -175,10 +187,11 @@ case_ mpich m0 2x2 "fault: a core host killed" 120 \
 # ---- the misuse table across hosts ---------------------------------------------------
 # tests/python/misuse's cases (unequal reads, one rank's bad name/rows/dtype/output,
 # a rank raising between reads, a loader epoch cut short on one rank), each its own
-# job over 2 hosts: 2 ranks (one a host) and 3 (a node peer and a remote rank).
+# job over 2 hosts: 2 ranks (one a host) and 3 (a node peer and a remote rank),
+# node-local on (method 0) as above; method 1 as it comes.
 case_ ompi m0-ucx 2h "misuse table across hosts (2, 3 ranks)" 300 \
   env "${UCX[@]}" DDS_MISUSE_MPIEXEC="$root/$cl/mpirun.sh --hosts 2" DDS_MISUSE_SPANS_HOSTS=1 \
-  bash tests/python/misuse/run.sh -k "nl0 and not window_lock"
+  bash tests/python/misuse/run.sh -k "(nl1 or m1) and not window_lock"
 
 # ---- the main job across 2 hosts ----------------------------------------------------
 case_ ompi m0-ucx 2x2 "main job: examples/train_digits.py" 300 \
@@ -190,6 +203,10 @@ echo "cluster: matrix ($((SECONDS - t_start)) s; hosts: NxP = N hosts x P ranks,
 printf '  %-7s %-9s %-5s %-44s %s\n' MPI method hosts case result
 for r in "${results[@]}"; do echo "  $r"; done
 if [ $failures -ne 0 ]; then
+  for f in "${failed_cases[@]}"; do
+    echo "cluster: failed case: ${f%%|*}; its last lines:"
+    grep -vE '^\s*$' "${f#*|}" | tail -n 12 | sed 's/^/    /'
+  done
   echo "cluster: $failures case(s) failed"
   exit 1
 fi

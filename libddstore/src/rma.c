@@ -98,7 +98,7 @@ int dds_rma_probe(dds_store *s)
         rc = dds_err(DDS_ENOTSUP,
                      "method 0 needs MPI one-sided communication that works on this network, "
                      "and it does not here (%s): Open MPI's default osc/rdma cannot create "
-                     "windows over TCP; set OMPI_MCA_osc=ucx UCX_TLS=tcp,self,sm,cma (see "
+                     "windows over TCP; set OMPI_MCA_osc=sm,ucx UCX_TLS=tcp,self,sm,cma (see "
                      "docs/clusters.rst), or use DDSTORE_METHOD=1 DDSTORE_FABRIC=tcp",
                      detail);
     }

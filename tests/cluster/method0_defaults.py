@@ -1,7 +1,7 @@
 """Method 0 across hosts with the MPI's defaults (run under mpiexec by
 ci/cluster.sh, Open MPI without OMPI_MCA_osc): store creation must either
 work, and then remote rows read back bit-exact, or fail on EVERY rank with a
-DDStoreError that names the setting to use (OMPI_MCA_osc=ucx). Failing later
+DDStoreError that names the setting to use (OMPI_MCA_osc=sm,ucx). Failing later
 (in add(), as Open MPI's osc/rdma over TCP does with MPI_ERR_WIN) or on some
 ranks only is a failure. Exit 0 on either accepted outcome; the caller bounds
 the time (a hang is a failure).
@@ -15,7 +15,7 @@ from pyddstore import DDStoreError, PyDDStore
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
-SETTING = "OMPI_MCA_osc=ucx"
+SETTING = "OMPI_MCA_osc=sm,ucx"
 
 outcome, detail = "ok", ""
 try:
