@@ -107,14 +107,10 @@ up() {
     # tmpfs, so that every host still sees the one shared checkout.
     rm -f "$DDSC_STATE/h$k.pid"
     mkdir -p "$DDSC_STATE/share$k"
-    # Its own SysV IPC namespace and boot id too: UCX (Open MPI's osc/ucx)
-    # takes processes with one boot id for one machine and would reach
-    # the other hosts through SysV shared memory and cma instead of TCP.
-    cat /proc/sys/kernel/random/uuid > "$DDSC_STATE/boot_id$k"
-    chmod 444 "$DDSC_STATE/boot_id$k"
-    setsid ip netns exec "$ns" unshare --uts --ipc --mount --propagation private -- \
+    # The hosts share the machine's boot id and SysV IPC, so UCX takes them
+    # for one node unless told otherwise (UCX_TLS=tcp,self; README.md).
+    setsid ip netns exec "$ns" unshare --uts --mount --propagation private -- \
       sh -c 'set -e; hostname "$1"
-             mount --bind "$2/boot_id$3" /proc/sys/kernel/random/boot_id
              case "$4/" in /tmp/*|/dev/shm/*) mount --bind "$4" "$2/share$3"; keep=1 ;; *) keep=0 ;; esac
              mount -t tmpfs -o mode=1777 tmpfs /tmp
              mount -t tmpfs -o mode=1777 tmpfs /dev/shm
