@@ -238,15 +238,18 @@ static void thread_suite(dds_store *s, const var_desc *d)
     }
 }
 
-/* The last rank computes for `busy` seconds without entering the library;
- * every other rank reads its rows meanwhile (more reads than a provider's
- * command queue holds) and must finish well before the computation ends:
- * the library serves them without the owner's cooperation.
- * DDS_TEST_SKIP_BUSY=1 skips it (sanitizer builds run many times slower,
- * and the bound is about progress, not speed). */
+/* The last rank computes without entering the library (or libfabric) while
+ * every other rank reads its rows (more reads than a provider's command
+ * queue holds): the library must serve them without the owner's
+ * cooperation. The owner computes until the readers are done (a nonblocking
+ * barrier it tests between slices of work; MPI's progress does nothing for
+ * libfabric's), for at most `limit` seconds: reads that need the owner never
+ * finish while it computes, and the owner then reports it. No speed is
+ * measured: a loaded machine only makes the reads slower.
+ * DDS_TEST_SKIP_BUSY=1 skips it. */
 static void busy_owner_suite(dds_store *s, const var_desc *d)
 {
-    const double busy = 5.0;
+    const double limit = 60.0;
     int owner = size - 1 == 1 ? 0 : size - 1; /* rank 1 holds no rows */
     const char *skip = getenv("DDS_TEST_SKIP_BUSY");
     if (size < 2 || (skip && strcmp(skip, "1") == 0))
@@ -256,12 +259,19 @@ static void busy_owner_suite(dds_store *s, const var_desc *d)
         first += rows_of(r, d->base);
     int64_t n = rows_of(owner, d->base);
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now();
+    MPI_Request done_req;
     if (rank == owner) {
+        MPI_Ibarrier(MPI_COMM_WORLD, &done_req);
+        double t0 = now();
+        int done = 0;
         volatile double acc = 0;
-        while (now() - t0 < busy)
+        while (!done && now() - t0 < limit) {
             for (int i = 0; i < 100000; i++)
                 acc += (double)i * 1e-9;
+            MPI_Test(&done_req, &done, MPI_STATUS_IGNORE);
+        }
+        CHECK(done, "the other ranks' reads of this rank's rows did not finish in %.0f s while it "
+                    "computed outside the library: they need the owner's cooperation", limit);
     } else {
         uint8_t *out = malloc((size_t)(n * d->rb));
         int reads = 0;
@@ -273,9 +283,9 @@ static void busy_owner_suite(dds_store *s, const var_desc *d)
         }
         OK(dds_get(s, d->name, out, first, n));
         CHECK(range_ok(d->k, first, n, d->rb, out), "bulk read during computation");
-        double t = now() - t0;
-        CHECK(t < busy * 0.8, "reads took %.2f s while the owner computed for %.1f s", t, busy);
         free(out);
+        MPI_Ibarrier(MPI_COMM_WORLD, &done_req);
+        MPI_Wait(&done_req, MPI_STATUS_IGNORE);
     }
     MPI_Barrier(MPI_COMM_WORLD);
 }
