@@ -73,15 +73,8 @@ pytest_suite() { # pytest_suite <dir> <timeout> <ranks...> ; env from caller
 }
 pytest_suite tests/python/core 300 1 2 3 4
 SUITE_ENV="DDSTORE_NODE_LOCAL=0" pytest_suite tests/python/core 300 2 4
-if python -c "import pyddstore, sys; sys.exit(0 if pyddstore.has_fabric() else 1)"; then
-  # Methods 1 and 2 over libfabric's shm and tcp (loopback) providers; node
-  # shared memory off so that every remote row goes through libfabric.
-  for prov in shm tcp; do
-    SUITE_ENV="DDSTORE_METHOD=1 DDSTORE_FABRIC=$prov DDSTORE_NODE_LOCAL=0" pytest_suite tests/python/core 300 2 4
-  done
-else
-  echo "=== libddstore built without libfabric: method 1/2 suites skipped"
-fi
+# The core suite over methods 1 and 2 (libfabric shm and tcp) runs in
+# tests/python/fabric/run.sh, below.
 pytest_suite tests/python/torch 600 1 2 4
 pytest_suite tests/python/sampler 600 1 2 4
 # Local Spark takes over a minute to start: its test runs at 2 ranks only.
