@@ -18,6 +18,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 
 from . import _lib, _verify
+from ._agreement import agree
 from ._errors import (
     DDS_EEXIST,
     DDS_EINVAL,
@@ -420,6 +421,20 @@ def _address(arr):
 # ---- the store ----------------------------------------------------------------
 
 
+# The classes another rank's failure is raised as here, by name (a name not
+# in this table: DDStoreError).
+_ERROR_CLASSES = {c.__name__: c for c in (DDStoreError, DDStoreValueError, DDStoreKeyError,
+                                          DDStoreTypeError, DDStoreDTypeError, DDStoreRangeError,
+                                          DDStoreStateError, DDStoreNotSupportedError)}
+
+
+def _raise_first_failed(failures):
+    """PyDDStore._agree's raise_failed: the first failed rank's error class,
+    code and message, prefixed with its rank."""
+    rank, ((name, code, message), _) = failures[0]
+    raise _ERROR_CLASSES.get(name, DDStoreError)(f"rank {rank}: {message}", code)
+
+
 class PyDDStore:
     """A distributed in-memory store of row-indexed variables.
 
@@ -608,15 +623,8 @@ class PyDDStore:
         the value `what` that all ranks must agree on; raise on every rank
         when one failed or they disagree."""
         mine = None if err is None else (type(err).__name__, err.code, str(err))
-        verdicts = comm.allgather((mine, what))
-        if err is not None:
-            raise err
-        for r, (theirs, _) in enumerate(verdicts):
-            if theirs is not None:
-                cls = {c.__name__: c for c in (DDStoreError, DDStoreValueError, DDStoreKeyError,
-                                                DDStoreTypeError, DDStoreDTypeError, DDStoreRangeError,
-                                                DDStoreStateError, DDStoreNotSupportedError)}
-                raise cls.get(theirs[0], DDStoreError)(f"rank {r}: {theirs[2]}", theirs[1])
+        verdicts = agree(comm, err, (mine, what), _raise_first_failed,
+                         failed=lambda verdict: verdict[0] is not None)
         first = verdicts[0][1]
         for r, (_, w) in enumerate(verdicts):
             if w != first:

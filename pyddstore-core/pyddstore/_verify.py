@@ -28,6 +28,7 @@ from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from ._agreement import agree
 from ._errors import DDS_EINVAL, DDS_ENOTSUP, DDS_EPROTO, DDS_ESTATE, DDStoreError
 from ._errors import DDStoreNotSupportedError, DDStoreStateError, DDStoreValueError
 
@@ -138,13 +139,15 @@ def _agree_errors(store, err):
     rank's own exception where it failed, a DDStoreError of the same class
     (or the base class) naming the failed rank elsewhere."""
     mine = None if err is None else (type(err), str(err), getattr(err, "code", DDS_EINVAL))
-    errs = store.comm.allgather(mine if mine is None or issubclass(mine[0], DDStoreError)
-                                else (DDStoreError, f"{mine[0].__name__}: {mine[1]}", DDS_EINVAL))
-    if err is not None:
-        raise err
-    for r, e in enumerate(errs):
-        if e is not None:
-            raise e[0](f"rank {r}: {e[1]}", e[2])
+    agree(store.comm, err, mine if mine is None or issubclass(mine[0], DDStoreError)
+          else (DDStoreError, f"{mine[0].__name__}: {mine[1]}", DDS_EINVAL), _raise_first_failed)
+
+
+def _raise_first_failed(failures):
+    """_agree_errors' raise_failed: the first failed rank's error, prefixed
+    with its rank."""
+    rank, (cls, message, code) = failures[0]
+    raise cls(f"rank {rank}: {message}", code)
 
 
 def record(store, name, local=None):

@@ -67,6 +67,8 @@ import weakref
 import torch
 import torch.distributed as dist
 
+from pyddstore._agreement import agree
+
 from . import goodput as _gp
 from ._logging import logger
 from .batchsize import plan_local_batch
@@ -201,9 +203,7 @@ def init_process_group(backend, init_method=None, world_size=None, rank=None):
         err = f"world_size={world_size} but the MPI job has {size} ranks; leave world_size=None"
     elif rank is not None and rank != me:
         err = f"rank={rank} but this MPI rank is {me}; leave rank=None"
-    errs = comm.allgather(err)
-    if any(errs):
-        raise RuntimeError(next(e for e in errs if e))
+    agree(comm, err, err, _raise_first_message, raise_own=False, failed=bool)
     if init_method is None:
         hosts = comm.allgather(socket.gethostname())
         addr = port = None
@@ -220,6 +220,12 @@ def init_process_group(backend, init_method=None, world_size=None, rank=None):
         init_method = "env://"
     dist.init_process_group(backend, init_method=init_method, world_size=size, rank=me)
     atexit.register(_destroy_at_exit)
+
+
+def _raise_first_message(failures):
+    """init_process_group's raise_failed: the first failed rank's message, as
+    is, on every rank."""
+    raise RuntimeError(failures[0][1])
 
 
 def _destroy_at_exit():

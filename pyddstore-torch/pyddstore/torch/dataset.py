@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from pyddstore import DDStoreRangeError
+from pyddstore._agreement import agree
 from pyddstore._errors import DDS_ERANGE
 
 from . import _dtypes
@@ -503,14 +504,15 @@ def _raise_agreed(comm, err, what):
     """
     local = None if err is None else (type(err).__name__, str(err.args[0]) if isinstance(err, KeyError)
                                       and err.args else str(err))
-    msgs = comm.allgather(local)
-    for rank, m in enumerate(msgs):
-        if m is not None:
-            tname, text = m
-            exc_t = _EXC_TYPES.get(tname, RuntimeError)
-            if exc_t is RuntimeError and tname != "RuntimeError":
-                text = f"{tname}: {text}"
-            raise exc_t(f"{what}: on rank {rank}: {text}") from err
+
+    def raise_failed(failures):
+        rank, (tname, text) = failures[0]
+        exc_t = _EXC_TYPES.get(tname, RuntimeError)
+        if exc_t is RuntimeError and tname != "RuntimeError":
+            text = f"{tname}: {text}"
+        raise exc_t(f"{what}: on rank {rank}: {text}") from err
+
+    agree(comm, err, local, raise_failed, raise_own=False)
 
 
 class DistDataset(_StoreDataset):

@@ -54,6 +54,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from pyddstore._agreement import agree
+
 from . import _dtypes
 
 __all__ = ["RaggedFields", "RaggedCollate", "RAGGED_SUFFIX"]
@@ -74,10 +76,12 @@ def _as_array(value, key, index):
 
 def _raise_agreed(comm, err, what):
     # A bad sample on one rank must fail every rank (collective store calls follow).
-    errors = comm.allgather(None if err is None else f"{type(err).__name__}: {err}")
-    for rank, text in enumerate(errors):
-        if text is not None:
-            raise ValueError(f"{what}: on rank {rank}: {text}") from err
+    def raise_failed(failures):
+        rank, text = failures[0]
+        raise ValueError(f"{what}: on rank {rank}: {text}") from err
+
+    agree(comm, err, None if err is None else f"{type(err).__name__}: {err}", raise_failed,
+          raise_own=False)
 
 
 class _Spec:
@@ -216,7 +220,7 @@ class RaggedFields:
         ``comm`` is the store's communicator, ``start..stop`` this rank's share
         (consecutive shares in rank order). ``raise_agreed(comm, err, what)``
         raises the same error on every rank when any rank has one (default: a
-        plain allgather of the errors).
+        ValueError naming the first failed rank).
         """
         what = f"DistDataset {name!r}"
         if raise_agreed is None:

@@ -77,14 +77,19 @@ def _one_line(e):
 def _agree(comm, err):
     """Collective: raise ThroughputError on every rank when any rank has an error (err: None,
     a message or an exception), so that no rank goes on into a collective the others left."""
-    errs = comm.allgather(None if err is None else _one_line(err) if isinstance(err, BaseException) else err)
-    if any(errs):
+    # Imported here, not at module level: Petastorm's environment runs this file without pyddstore.
+    from pyddstore._agreement import agree
+
+    def raise_failed(failures):
+        # One line per distinct message; the ranks are left out of one that every rank had.
         seen = {}
-        for r, m in enumerate(errs):
-            if m:
-                seen.setdefault(m, []).append(r)
-        messages = [(m, rs if len(rs) < len(errs) else []) for m, rs in seen.items()]
-        raise ThroughputError(messages)
+        for r, m in failures:
+            seen.setdefault(m, []).append(r)
+        size = comm.Get_size()
+        raise ThroughputError([(m, rs if len(rs) < size else []) for m, rs in seen.items()])
+
+    agree(comm, err, None if err is None else _one_line(err) if isinstance(err, BaseException) else err,
+          raise_failed, raise_own=False, failed=bool)
 
 
 def _launcher_rank():
