@@ -31,7 +31,7 @@ DDS_HIDDEN void dds_debug(const char *fmt, ...) __attribute__((format(printf, 1,
 
 /* ---- variables -------------------------------------------------------------- */
 
-struct dds_fabric;     /* transport state of methods 1/2 (fabric.c) */
+struct dds_fabric;     /* transport state of methods 1/2 (fabric_internal.h) */
 struct dds_fabric_var; /* per-variable transport state of methods 1/2 */
 
 typedef struct dds_var {
@@ -200,7 +200,7 @@ DDS_HIDDEN int dds_shard_protect(dds_store *s, dds_var *v, bool readonly);
  * pages for the copy when they are read-only. Thread-safe. */
 DDS_HIDDEN int dds_shard_write(dds_var *v, size_t offset, const void *data, size_t len);
 
-/* ---- methods 1/2 (fabric.c, or nofabric.c without libfabric) ------------------ */
+/* ---- methods 1/2 (fabric*.c, or nofabric.c without libfabric) ----------------- */
 
 /* Open the transport for a store made by dds_create() with method 1 or 2:
  * pick the provider (s->fabric_name, else DDSTORE_FABRIC, else the best

@@ -238,10 +238,10 @@ else
   step "fuzz: build fuzz_handshake" 300 nice "$clang_bin" "${fcflags[@]}" "${fsan[@]}" \
     fuzz/fuzz_handshake.c "$src/handshake.c" "$src/error.c" -o "$fz/fuzz_handshake" "${mpi_l[@]}"
   # dds_check_name lives in store.c, which needs the rest of the library
-  # (without libfabric: nofabric.c stands in for fabric.c; no MPI call runs).
+  # (without libfabric: nofabric.c stands in for fabric*.c; no MPI call runs).
   core_src=()
   for f in "$src"/*.c; do
-    case "$f" in */fabric.c) ;; *) core_src+=("$f") ;; esac
+    case "$f" in */fabric.c | */fabric_*.c) ;; *) core_src+=("$f") ;; esac
   done
   step "fuzz: build fuzz_name" 300 nice "$clang_bin" "${fcflags[@]}" "${fsan[@]}" \
     fuzz/fuzz_name.c "${core_src[@]}" -o "$fz/fuzz_name" "${mpi_l[@]}" -lpthread

@@ -1,0 +1,142 @@
+/* Private definitions shared by the libfabric transport's source files
+ * (methods 1 and 2); nothing here is part of the ABI:
+ *  - fabric.c: provider, domain and endpoints, progress thread, memory
+ *    registration; open/close of core stores and exposing their shards;
+ *  - fabric_read.c: reads (completion queue, waits, timeouts) and receive
+ *    buffers;
+ *  - fabric_publish.c: method-2 publication and run tokens;
+ *  - fabric_join.c: method-2 readers (join, attach).
+ * Calls go one way only: fabric_join.c and fabric_read.c call fabric.c and
+ * fabric_publish.c; fabric.c calls fabric_publish.c, which calls neither. */
+#ifndef DDSTORE_FABRIC_INTERNAL_H
+#define DDSTORE_FABRIC_INTERNAL_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <rdma/fabric.h>
+
+#include "handshake.h"
+#include "internal.h"
+
+/* Transfers one fi_readmsg carries at most (bounded by the provider's
+ * rma_iov_limit and iov_limit). */
+#define MAX_IOV 16
+
+typedef struct recv_reg {
+    char *addr;
+    size_t len;
+    struct fid_mr *mr; /* NULL when the provider needs no local registration */
+    int refs;
+} recv_reg;
+
+struct dds_fabric {
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    /* initiator */
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    fi_addr_t *peer; /* group rank (core rank for readers) -> address of its target endpoint */
+    int npeers;
+    /* target (core stores only) */
+    struct fid_av *t_av;
+    struct fid_cq *t_cq;
+    struct fid_ep *t_ep;
+
+    uint64_t mr_mode;
+    size_t max_msg;
+    int inflight;      /* per read call */
+    int iov;           /* transfers per read operation (fi_readmsg when > 1) */
+    bool local_mr;     /* destinations must be registered (FI_MR_LOCAL, or forced) */
+    _Atomic uint64_t next_key;
+    pthread_mutex_t cq_lock; /* one thread drains the initiator CQ at a time */
+    bool cq_wait;            /* the initiator CQ has a file-descriptor wait object */
+    bool serialize;          /* one read call at a time (see dds_fab_open_domain) */
+    pthread_mutex_t read_lock;
+
+    pthread_rwlock_t recv_lock;
+    recv_reg *recv;
+    size_t nrecv, recv_cap;
+
+    int progress;      /* enum progress_mode (fabric.c) */
+    unsigned poll_us;
+    bool thread_started;
+    pthread_t thread;
+    _Atomic int stop;
+    _Atomic uint64_t passes; /* progress passes completed (see quiesce_progress) */
+
+    /* method 2 */
+    int method;
+    char *pubdir;
+    int dirfd;
+    bool dir_created;
+    int lock_fd, live_fd;
+    uint8_t run_id[DDS_HS_RUN_ID_BYTES];
+    char live_name[64];
+    uint32_t next_var_index;
+    struct run_token *token; /* this process's own publication (core) or the joined one if it is ours */
+    /* readers */
+    bool is_reader;
+    _Atomic int broken; /* a reader gave up on reads: the store is unusable */
+    double timeout_s;
+    uint64_t read_timeout_ns; /* DDSTORE_READ_TIMEOUT_S; 0: wait for ever */
+    pthread_mutex_t attach_lock;
+    char prov[DDS_HS_MAX_PROV + 1];
+};
+
+struct dds_fabric_var {
+    struct fid_mr *mr; /* this rank's shard (core stores) */
+    uint64_t *raddr;   /* per peer: remote address of the shard's first byte */
+    uint64_t *key;
+    uint64_t *len;     /* registered bytes */
+    uint32_t index;    /* method 2: publication index (var-<index>.dds) */
+    bool published;
+};
+
+/* Method-2 runs published by this process. A reader in the same process
+ * as a core store of the run it joined must not touch that store's
+ * endpoints after they are closed (shm maps peers per process, so the
+ * reader would follow a dangling mapping): reads check the token instead. */
+typedef struct run_token {
+    uint8_t run_id[DDS_HS_RUN_ID_BYTES];
+    _Atomic int alive;
+    int refs; /* under run_lock */
+    struct run_token *next;
+} run_token;
+
+static inline void sleep_s(double t)
+{
+    if (t <= 0)
+        return;
+    struct timespec ts = { .tv_sec = (time_t)t, .tv_nsec = (long)((t - (double)(time_t)t) * 1e9) };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* ---- fabric.c --------------------------------------------------------------------- */
+
+DDS_HIDDEN uint64_t dds_fab_read_timeout_ns(bool reader);
+DDS_HIDDEN int dds_fab_err(int fi_rc, const char *what);
+DDS_HIDDEN void dds_fab_init_struct(struct dds_fabric *F);
+DDS_HIDDEN int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_format);
+DDS_HIDDEN int dds_fab_reg_mr(struct dds_fabric *F, void *buf, size_t len, uint64_t access, struct fid_ep *ep,
+                              struct fid_mr **mr);
+DDS_HIDDEN void dds_fab_free(struct dds_fabric *F);
+DDS_HIDDEN int dds_fab_insert_peers(struct dds_fabric *F, int n, uint8_t *const *addr);
+
+/* ---- fabric_publish.c ------------------------------------------------------------- */
+
+DDS_HIDDEN run_token *dds_fab_token_get(const uint8_t *run_id, bool create);
+DDS_HIDDEN void dds_fab_token_put(run_token *t, bool kill_run);
+DDS_HIDDEN int dds_fab_hostname_of(char *buf, size_t cap);
+DDS_HIDDEN int dds_fab_publish_store(dds_store *s, struct dds_fabric *F, int n, uint16_t *alen, uint8_t **addr);
+DDS_HIDDEN void dds_fab_var_file_name(uint32_t index, char name[32]);
+DDS_HIDDEN void dds_fab_withdraw(struct dds_fabric *F);
+DDS_HIDDEN int dds_fab_still_current(struct dds_fabric *F);
+
+#endif /* DDSTORE_FABRIC_INTERNAL_H */
