@@ -33,7 +33,8 @@ from ._errors import (  # noqa: E402
     DDStoreTypeError,
     DDStoreValueError,
 )
-from ._store import SUPPORTED_DTYPES, PyDDStore, VarInfo, join  # noqa: E402
+from ._store import PyDDStore, VarInfo, join  # noqa: E402
+from ._dtypes import SUPPORTED_DTYPES  # noqa: E402
 from ._versioned import block_rows, generation, init_versioned  # noqa: E402
 
 __version__ = _lib.lib.dds_version().decode("ascii")

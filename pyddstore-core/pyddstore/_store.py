@@ -1,17 +1,14 @@
 """PyDDStore: the Python face of a libddstore store.
 
-Every argument is checked here before libddstore is called, so no Python
-input can make the C library touch memory it must not. Collective calls
-(constructor, add, init) first agree across ranks on whether every rank's
-arguments are valid, so a bad argument on one rank raises on every rank
-instead of leaving the others waiting in a collective.
+Every argument is checked (with the helpers of ``_args``) before libddstore
+is called, so no Python input can make the C library touch memory it must
+not. Collective calls (constructor, add, init) first agree across ranks on
+whether every rank's arguments are valid, so a bad argument on one rank
+raises on every rank instead of leaving the others waiting in a collective.
 """
 
-import atexit
 import ctypes
-import operator
 import os
-import sys
 import threading
 from typing import NamedTuple, Optional, Tuple
 
@@ -19,12 +16,23 @@ import numpy as np
 
 from . import _lib, _verify
 from ._agreement import agree
+from ._args import (
+    _INT64_MAX,
+    _address,
+    _bfloat16_view,
+    _check_rows_match,
+    _encode_name,
+    _index,
+    _int64_array,
+    _row_bytes,
+    _to_array,
+)
+from ._dtypes import _TAG_BFLOAT16, SUPPORTED_DTYPES, dtype_of_tag, dtype_tag
 from ._errors import (
     DDS_EEXIST,
     DDS_EINVAL,
     DDS_EMISMATCH,
     DDS_ENOENT,
-    DDS_ENOTSUP,
     DDS_EOVERFLOW,
     DDS_ERANGE,
     DDS_ESTATE,
@@ -38,67 +46,13 @@ from ._errors import (
     DDStoreValueError,
     make_error,
 )
+from ._lifetime import _Handle, _mpi
 
 _c = _lib.lib
 
-_INT64_MAX = (1 << 63) - 1
 _INT64 = np.dtype(np.int64)
 _Byte = ctypes.c_char  # element type of the zero-copy views get_batch passes by reference
 _byref = ctypes.byref
-
-# (kind, itemsize) of native numpy dtypes -> enum dds_dtype tag.
-_TAG_OF_KIND = {
-    ("b", 1): 1,
-    ("u", 1): 2,
-    ("i", 1): 3,
-    ("i", 2): 4,
-    ("u", 2): 5,
-    ("i", 4): 6,
-    ("u", 4): 7,
-    ("i", 8): 8,
-    ("u", 8): 9,
-    ("f", 2): 10,
-    ("f", 4): 11,
-    ("f", 8): 12,
-}
-_DTYPE_OF_TAG = {
-    1: np.dtype(np.bool_),
-    2: np.dtype(np.uint8),
-    3: np.dtype(np.int8),
-    4: np.dtype(np.int16),
-    5: np.dtype(np.uint16),
-    6: np.dtype(np.int32),
-    7: np.dtype(np.uint32),
-    8: np.dtype(np.int64),
-    9: np.dtype(np.uint64),
-    10: np.dtype(np.float16),
-    11: np.dtype(np.float32),
-    12: np.dtype(np.float64),
-}
-_TAG_BFLOAT16 = 13
-SUPPORTED_DTYPES = tuple(d.name for d in _DTYPE_OF_TAG.values())
-
-
-def dtype_tag(dtype):
-    """Return the dds_dtype tag of numpy `dtype`, or None when it has none."""
-    dt = np.dtype(dtype)
-    if dt.name == "bfloat16" and dt.itemsize == 2:  # ml_dtypes.bfloat16
-        return _TAG_BFLOAT16
-    if dt.fields is not None or dt.subdtype is not None or not dt.isnative:
-        return None
-    return _TAG_OF_KIND.get((dt.kind, dt.itemsize))
-
-
-def dtype_of_tag(tag):
-    """Return the numpy dtype of dds_dtype `tag`; None for raw bytes (0) or
-    a dtype numpy cannot represent here (bfloat16 without ml_dtypes)."""
-    if tag == _TAG_BFLOAT16:
-        try:
-            import ml_dtypes
-        except ImportError:
-            return None
-        return np.dtype(ml_dtypes.bfloat16)
-    return _DTYPE_OF_TAG.get(tag)
 
 
 class VarInfo(NamedTuple):
@@ -132,290 +86,6 @@ class _Var:
         kind = self.dtype.name if self.dtype is not None else "raw"
         shape = f", row shape {self.row_shape}" if self.row_shape is not None else ""
         return f"{kind} rows of {self.row_bytes} bytes{shape}"
-
-
-# ---- MPI, process lifetime ----------------------------------------------------
-
-_MPI = None
-_live = []  # handles not yet freed, in creation order (see _free_at_exit)
-_live_lock = threading.Lock()
-_forked = False
-
-
-def _mpi():
-    """mpi4py.MPI, imported on first use so that `import pyddstore` leaves
-    mpi4py.rc settable; importing it initialises MPI."""
-    global _MPI
-    if _MPI is None:
-        from mpi4py import MPI
-
-        _MPI = MPI
-        # mpi4py finalises MPI from Py_AtExit, which runs after every atexit
-        # handler, so stores are freed while MPI is still usable.
-        atexit.register(_free_at_exit)
-    return _MPI
-
-
-def _after_fork_in_child():
-    global _forked
-    _forked = True
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _free_at_exit():
-    """Free, collectively and in creation order, the stores the program did
-    not free itself, so their MPI windows go before MPI_Finalize.
-
-    Skipped after an uncaught exception: the other ranks are not at exit, so
-    a collective would turn a crash into a hang.
-    """
-    if getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None:
-        return
-    with _live_lock:
-        handles = list(_live)
-    for h in handles:
-        try:
-            h.free()
-        except Exception as e:  # noqa: BLE001 - report and keep freeing the others
-            print(f"pyddstore: freeing a store at exit failed: {e}", file=sys.stderr)
-
-
-class _Handle:
-    """Owner of one dds_store pointer and the communicators made for it.
-
-    Reads take the handle for the duration of the C call; free() waits until
-    no call is in flight, so a read in another thread never sees freed memory.
-    """
-
-    def __init__(self, ptr, collective, comms=()):
-        self.ptr = ptr
-        self.collective = collective  # dds_free is collective (store from dds_create)
-        self.comms = list(comms)      # mpi4py communicators to Free after dds_free
-        self.pid = os.getpid()
-        # Reads take and release the plain lock directly (a Condition's `with` costs Python-level
-        # calls on every read); the Condition over the same lock serves free()'s waits.
-        self._lock = threading.Lock()
-        self._cv = threading.Condition(self._lock)
-        self._busy = 0
-        self._closing = False
-        with _live_lock:
-            _live.append(self)
-
-    def __enter__(self):
-        if _forked and self.pid != os.getpid():
-            raise DDStoreStateError(
-                "this store was created in the parent process; a store cannot be used after "
-                "fork() (use threads, e.g. pyddstore.torch.ThreadDataLoader, or num_workers=0)",
-                DDS_ESTATE)
-        lock = self._lock
-        lock.acquire()
-        try:
-            if self.ptr is None or self._closing:
-                raise DDStoreStateError("the store has been freed", DDS_ESTATE)
-            self._busy += 1
-            return self.ptr
-        finally:
-            lock.release()
-
-    def __exit__(self, *exc):
-        lock = self._lock
-        lock.acquire()
-        try:
-            self._busy -= 1
-            if self._busy == 0 and self._closing:  # only free() waits for in-flight calls
-                self._cv.notify_all()
-        finally:
-            lock.release()
-        return False
-
-    @property
-    def live(self):
-        """True until free() has started."""
-        return self.ptr is not None and not self._closing
-
-    def free(self):
-        """Free the C store (collective for core stores); idempotent."""
-        if _forked and self.pid != os.getpid():
-            return  # the parent owns it; MPI/fabric state is not ours to touch
-        with self._cv:
-            if self.ptr is None:
-                return
-            if self._closing:  # another thread is freeing it
-                while self.ptr is not None and self._closing:
-                    self._cv.wait()
-                return
-            self._closing = True
-            while self._busy:
-                self._cv.wait()
-            ptr = self.ptr
-        rc = 0
-        msg = ""
-        try:
-            mpi_gone = self.collective and (_MPI is None or _MPI.Is_finalized())
-            if not mpi_gone:
-                rc = _c.dds_free(ptr)
-                if rc:
-                    msg = _lib.last_error(rc)
-                if rc != DDS_EMISMATCH:
-                    for comm in self.comms:
-                        try:
-                            comm.Free()
-                        except Exception:  # noqa: BLE001 - already freed by the user
-                            pass
-            # After MPI_Finalize nothing can be released: the process is ending.
-        except BaseException:
-            self._forget()
-            raise
-        if rc == DDS_EMISMATCH:
-            # Another rank was in another collective call (epoch_end, add...): libddstore
-            # kept the store, so a later free() on every rank can still release it.
-            with self._cv:
-                self._closing = False
-                self._cv.notify_all()
-        else:
-            self._forget()
-        if rc:
-            raise make_error(rc, msg)
-
-    def _forget(self):
-        """Drop the pointer once dds_free has run (or can no longer run)."""
-        with self._cv:
-            self.ptr = None
-            self._closing = False
-            self.comms = []
-            self._cv.notify_all()
-        with _live_lock:
-            try:
-                _live.remove(self)
-            except ValueError:
-                pass
-
-
-# ---- argument checks ---------------------------------------------------------------
-
-
-def _encode_name(name):
-    """Validate a variable name; return it as NUL-terminated-safe UTF-8 bytes."""
-    if not isinstance(name, str):
-        raise DDStoreTypeError(f"variable name must be a str, got {type(name).__name__}", DDS_EINVAL)
-    try:
-        b = name.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise DDStoreValueError(f"variable name {name!r} is not valid UTF-8: {e}", DDS_EINVAL) from None
-    if not b or len(b) > _lib.NAME_MAX or b"\0" in b:
-        raise DDStoreValueError(
-            f"variable name {name!r} must be 1 to {_lib.NAME_MAX} UTF-8 bytes without NUL characters",
-            DDS_EINVAL)
-    return b
-
-
-def _index(x, what):
-    """x as a Python int (numpy integers accepted, floats and bools refused)."""
-    if isinstance(x, (bool, np.bool_)):
-        raise DDStoreTypeError(f"{what} must be an integer, got a bool", DDS_EINVAL)
-    try:
-        return operator.index(x)
-    except TypeError:
-        raise DDStoreTypeError(f"{what} must be an integer, got {type(x).__name__}", DDS_EINVAL) from None
-
-
-def _to_array(obj, what, name, output):
-    """View `obj` as a numpy array without copying.
-
-    Outputs must already be writable C-contiguous memory: a copy would
-    silently swallow the data read into it.
-    """
-    if isinstance(obj, np.ndarray):
-        arr = obj
-    else:
-        dev = getattr(obj, "device", None)
-        dev_type = getattr(dev, "type", None)
-        if hasattr(obj, "__cuda_array_interface__") or (dev_type is not None and dev_type != "cpu"):
-            raise DDStoreNotSupportedError(
-                f"{what} for variable {name!r} is device memory ({dev}); this pyddstore reads and "
-                "writes host memory only: pass a CPU array", DDS_ENOTSUP)
-        try:
-            arr = np.asarray(obj)
-        except Exception as e:  # noqa: BLE001 - any conversion failure is a type error here
-            raise DDStoreTypeError(
-                f"{what} for variable {name!r} must be a numpy array or expose the buffer/array "
-                f"interface; {type(obj).__name__} does not convert: {e}", DDS_EINVAL) from None
-        if output and arr.flags.owndata:
-            raise DDStoreTypeError(
-                f"{what} for variable {name!r} must be writable memory (numpy array, CPU tensor, "
-                f"bytearray); a {type(obj).__name__} would be copied and the data lost", DDS_EINVAL)
-    if arr.dtype.hasobject:
-        raise DDStoreDTypeError(
-            f"{what} for variable {name!r} has dtype {arr.dtype}, which holds Python objects; "
-            f"use one of {', '.join(SUPPORTED_DTYPES)}", DDS_EINVAL)
-    if arr.ndim == 0:
-        raise DDStoreValueError(
-            f"{what} for variable {name!r} is 0-dimensional; rows run along the first axis, "
-            "so pass at least a 1-D array (e.g. arr.reshape(1))", DDS_EINVAL)
-    if output:
-        if not arr.flags.c_contiguous:
-            raise DDStoreValueError(
-                f"{what} for variable {name!r} is not C-contiguous (strides {arr.strides}); "
-                "read into np.ascontiguousarray-allocated memory and copy from there", DDS_EINVAL)
-        if not arr.flags.writeable:
-            raise DDStoreValueError(f"{what} for variable {name!r} is read-only", DDS_EINVAL)
-    elif not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr)  # inputs are copied by the store anyway
-    return arr
-
-
-def _row_bytes(arr):
-    n = arr.itemsize
-    for d in arr.shape[1:]:
-        n *= d
-    return n
-
-
-def _bfloat16_view(dt):
-    """Whether numpy dtype `dt` can stand for bfloat16 rows: numpy has no
-    bfloat16 (without ml_dtypes), so 2-byte integer views of them do."""
-    return dt.kind in "iu" and dt.itemsize == 2 and dt.isnative
-
-
-def _check_rows_match(v, arr, what):
-    """Check dtype and row size of `arr` against variable `v`."""
-    if v.dtype is not None or v.tag != 0:
-        if v.tag == _TAG_BFLOAT16 and _bfloat16_view(arr.dtype):
-            pass
-        elif dtype_tag(arr.dtype) != v.tag:
-            expect = v.dtype.name if v.dtype is not None else f"dtype tag {v.tag}"
-            cls = DDStoreDTypeError if dtype_tag(arr.dtype) is None else DDStoreTypeError
-            raise cls(
-                f"variable {v.name!r} holds {expect} rows; {what} has dtype {arr.dtype}", DDS_EINVAL)
-    rb = _row_bytes(arr)
-    if rb != v.row_bytes:
-        raise DDStoreValueError(
-            f"variable {v.name!r} has {v.describe()}; {what} of shape {arr.shape} and dtype "
-            f"{arr.dtype} has rows of {rb} bytes (the first axis counts rows)", DDS_EINVAL)
-
-
-def _int64_array(x, what, name):
-    """x as a 1-D C-contiguous int64 array; only integer input accepted."""
-    a = np.asarray(x)
-    if a.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if a.ndim != 1:
-        raise DDStoreValueError(f"{what} for variable {name!r} must be 1-D, got shape {a.shape}",
-                                DDS_EINVAL)
-    if a.dtype.kind not in "iu":
-        raise DDStoreTypeError(f"{what} for variable {name!r} must hold integers, got {a.dtype}",
-                               DDS_EINVAL)
-    if a.dtype.kind == "u" and a.dtype.itemsize >= 8 and int(a.max()) > _INT64_MAX:
-        raise DDStoreRangeError(f"{what} for variable {name!r} holds a value beyond 2**63-1",
-                                DDS_ERANGE)
-    return np.ascontiguousarray(a, dtype=np.int64)
-
-
-def _address(arr):
-    return arr.__array_interface__["data"][0]
 
 
 # ---- the store ----------------------------------------------------------------

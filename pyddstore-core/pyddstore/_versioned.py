@@ -12,7 +12,7 @@ import ctypes
 
 from . import _lib
 from ._errors import DDS_EINVAL, DDStoreValueError
-from ._store import _INT64_MAX, _index
+from ._args import _INT64_MAX, _index
 
 _c = _lib.lib
 

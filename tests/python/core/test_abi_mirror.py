@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import pyddstore
-from pyddstore import _errors, _lib, _store
+from pyddstore import _dtypes, _errors, _lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 HEADER = ROOT / "libddstore" / "include" / "ddstore" / "ddstore.h"
@@ -60,12 +60,12 @@ def test_error_codes():
 
 def test_dtype_tags():
     tags = {k[len("DDS_DTYPE_"):].lower(): v for k, v in CONSTANTS.items() if k.startswith("DDS_DTYPE_")}
-    assert _store._TAG_BFLOAT16 == tags["bfloat16"]
-    for tag, dt in _store._DTYPE_OF_TAG.items():
+    assert _dtypes._TAG_BFLOAT16 == tags["bfloat16"]
+    for tag, dt in _dtypes._DTYPE_OF_TAG.items():
         assert tags[dt.name] == tag, dt.name
-        assert _store.dtype_tag(dt) == tag
+        assert _dtypes.dtype_tag(dt) == tag
     for name in pyddstore.SUPPORTED_DTYPES:
-        assert _store.dtype_tag(np.dtype(name)) == tags[name]
+        assert _dtypes.dtype_tag(np.dtype(name)) == tags[name]
 
 
 def test_abi_major_and_name_max():

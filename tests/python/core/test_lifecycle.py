@@ -44,15 +44,15 @@ def test_unfreed_store_dropped_is_not_freed_by_gc(comm):
     """Dropping a store without free() runs no collective (the garbage
     collector runs at different times on each rank): it stays registered
     and is freed collectively at exit."""
-    from pyddstore import _store
+    from pyddstore import _lifetime
 
-    before = len(_store._live)
+    before = len(_lifetime._live)
     s = make_store(comm)
     s.add("a", local_values(s, (), "int32"))
     if comm.Get_rank() == 0:
         del s
         gc.collect()
-    assert len(_store._live) == before + 1
+    assert len(_lifetime._live) == before + 1
     comm.Barrier()
 
 

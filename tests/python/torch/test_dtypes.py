@@ -62,7 +62,7 @@ def test_all_dtypes_round_trip(world, chunk_size):
             _check(ds, src, i, s)
         if chunk_size is None:
             # bfloat16 rows carry the C ABI's BFLOAT16 tag.
-            from pyddstore._store import _TAG_BFLOAT16
+            from pyddstore._dtypes import _TAG_BFLOAT16
             assert ds.ddstore._var(f"dtypes_{chunk_size}/t_bfloat16").tag == _TAG_BFLOAT16
     finally:
         ds.free()
