@@ -64,8 +64,11 @@ def test_rows_never_torn_while_rewritten(store, comm):
                 slot = u % nloc
                 buf.fill((u << 20) | (q.first_row + slot))
                 s.update("v/ring", buf, slot)
-                time.sleep(0.0002)  # a simulation computes between steps; a writer that never
-                # pauses can starve readers of a block (they then fail with DDS_EAGAIN)
+                # A simulation computes between steps. A writer that rewrites a row more often
+                # than one read of it takes starves the readers of that block (DDS_EAGAIN, as
+                # documented): MPICH's method-0 reads over RMA at 4 ranks on 2 loaded cores took
+                # longer than the 0.8 ms a 0.2 ms pause gave each of the 4 rows, and failed.
+                time.sleep(0.002)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
