@@ -13,6 +13,7 @@ from pyddstore._agreement import agree
 from pyddstore._errors import DDS_ERANGE
 
 from . import _dtypes
+from . import _loader_protocol as loader_protocol
 from . import _progress
 from . import _structure as st
 from ._errors import FieldNotFoundError
@@ -39,51 +40,6 @@ def _as_device(device, what):
         raise ValueError(f"{what}={device!r}: CUDA is not available in this process; "
                          "pass device='cpu' or None")
     return dev
-
-
-class _SampleBatch(list):
-    """The samples of one batch, plus the per-field batch columns they view.
-
-    A plain list for every consumer; ThreadDataLoader recognises it and, with
-    the default collate_fn, returns the columns instead of stacking the samples
-    again (see collated()).
-    """
-
-    __slots__ = ("_structure", "_columns")
-
-    def __init__(self, samples, structure, columns):
-        super().__init__(samples)
-        self._structure = structure
-        # Field columns as torch tensors in field order, or None when the
-        # samples are not plain views of them (decode was applied).
-        self._columns = columns
-
-    def collated(self, copy):
-        """default_collate(self) built from the columns, or None when not possible.
-
-        copy=True returns tensors that own their memory (needed when the
-        columns live in buffers that will be reused).
-        """
-        if self._columns is None:
-            return None
-        cols = [c.clone() if copy else c for c in self._columns]
-        return st.collated(self._structure, cols)
-
-
-class _ColumnBatch:
-    """A batch read as one column per field, with no per-sample views: what
-    ThreadDataLoader's default collate returns for it is the columns themselves."""
-
-    __slots__ = ("_structure", "_columns")
-
-    def __init__(self, structure, columns):
-        self._structure = structure
-        self._columns = columns
-
-    def collated(self, copy):
-        """default_collate of the batch (tensors owning their memory when copy=True)."""
-        cols = [c.clone() if copy else c for c in self._columns]
-        return st.collated(self._structure, cols)
 
 
 class _StoreDataset(torch.utils.data.Dataset):
@@ -418,14 +374,14 @@ class _StoreDataset(torch.utils.data.Dataset):
         if self._decode is not None:
             samples = [self._decode(s, int(i)) for s, i in zip(samples, rows)]
         if self._decode is not None or self._ragged is not None:
-            return _SampleBatch(samples, self._structure, None)
+            return loader_protocol.SampleBatch(samples, self._structure, None)
         cols = [v if isinstance(v, torch.Tensor) else torch.from_numpy(v) for v in
                 (vals[f.key] for f in specs)]
-        return _SampleBatch(samples, self._structure, cols)
+        return loader_protocol.SampleBatch(samples, self._structure, cols)
 
-    # ---- ThreadDataLoader hooks ---------------------------------------------
+    # ---- ThreadDataLoader hooks (_loader_protocol) ---------------------------
     def _pyddstore_column_batch(self, indices, out=None):
-        """The batch as a _ColumnBatch, for a loader that collates with the default collate:
+        """The batch as a ColumnBatch, for a loader that collates with the default collate:
         the same reads as __getitems__ without building a view per sample and field (a
         Python call and a tensor view each, which cost more than the read itself for small
         samples). None when samples need per-sample work (decode, ragged fields) or a
@@ -438,7 +394,7 @@ class _StoreDataset(torch.utils.data.Dataset):
         keys = self._structure.keys
         rows, bad = self._rows(indices)
         vals = self._to_values(keys, self._read_columns(rows, keys, out, bad))
-        return _ColumnBatch(self._structure, [
+        return loader_protocol.ColumnBatch(self._structure, [
             v if isinstance(v, torch.Tensor) else torch.from_numpy(v)
             for v in (vals[f.key] for f in self._structure.fields)])
 
@@ -487,9 +443,9 @@ class _StoreDataset(torch.utils.data.Dataset):
     def _init_reading(self):
         self._alloc_lock = threading.Lock()
         self._allocated = {}
-        # Set by ThreadDataLoader: the iterator whose collective reads are still
-        # in flight on this dataset (drained before another one starts).
-        self._ordered_owner = None
+        # ThreadDataLoader's handshake: the iterator whose collective reads are
+        # still in flight on this dataset (drained before another one starts).
+        loader_protocol.init_ordered_owner(self)
 
 
 _EXC_TYPES = {t.__name__: t for t in (ValueError, TypeError, KeyError, IndexError, RuntimeError,
