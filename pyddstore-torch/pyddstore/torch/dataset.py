@@ -1,5 +1,6 @@
 """DistDataset and DistDatasetReader: map-style datasets held in DDStore."""
 
+import dataclasses
 import logging
 import os
 import threading
@@ -13,6 +14,7 @@ from pyddstore._agreement import agree
 from pyddstore._errors import DDS_ERANGE
 
 from . import _dtypes
+from . import _loader_protocol as loader_protocol
 from . import _progress
 from . import _structure as st
 from ._errors import FieldNotFoundError
@@ -41,49 +43,17 @@ def _as_device(device, what):
     return dev
 
 
-class _SampleBatch(list):
-    """The samples of one batch, plus the per-field batch columns they view.
+@dataclasses.dataclass(frozen=True)
+class _LoadPlan:
+    """What DistDataset's loading steps all read from: its source and the loading arguments."""
 
-    A plain list for every consumer; ThreadDataLoader recognises it and, with
-    the default collate_fn, returns the columns instead of stacking the samples
-    again (see collated()).
-    """
-
-    __slots__ = ("_structure", "_columns")
-
-    def __init__(self, samples, structure, columns):
-        super().__init__(samples)
-        self._structure = structure
-        # Field columns as torch tensors in field order, or None when the
-        # samples are not plain views of them (decode was applied).
-        self._columns = columns
-
-    def collated(self, copy):
-        """default_collate(self) built from the columns, or None when not possible.
-
-        copy=True returns tensors that own their memory (needed when the
-        columns live in buffers that will be reused).
-        """
-        if self._columns is None:
-            return None
-        cols = [c.clone() if copy else c for c in self._columns]
-        return st.collated(self._structure, cols)
-
-
-class _ColumnBatch:
-    """A batch read as one column per field, with no per-sample views: what
-    ThreadDataLoader's default collate returns for it is the columns themselves."""
-
-    __slots__ = ("_structure", "_columns")
-
-    def __init__(self, structure, columns):
-        self._structure = structure
-        self._columns = columns
-
-    def collated(self, copy):
-        """default_collate of the batch (tensors owning their memory when copy=True)."""
-        cols = [c.clone() if copy else c for c in self._columns]
-        return st.collated(self._structure, cols)
+    source: object
+    encode: object = None      # encode(sample) -> sample, applied before storing
+    fields: object = None      # list of keys/positions to keep (shorthand for an encode)
+    chunk_size: object = None  # samples per chunk written to the store; None: the whole share
+    what: str = ""             # the dataset as error messages name it
+    progress: object = None    # the progress= argument (rank 0's loading bar)
+    use_range: bool = False    # read blocks with source.read_range(); decided by _load
 
 
 class _StoreDataset(torch.utils.data.Dataset):
@@ -418,14 +388,14 @@ class _StoreDataset(torch.utils.data.Dataset):
         if self._decode is not None:
             samples = [self._decode(s, int(i)) for s, i in zip(samples, rows)]
         if self._decode is not None or self._ragged is not None:
-            return _SampleBatch(samples, self._structure, None)
+            return loader_protocol.SampleBatch(samples, self._structure, None)
         cols = [v if isinstance(v, torch.Tensor) else torch.from_numpy(v) for v in
                 (vals[f.key] for f in specs)]
-        return _SampleBatch(samples, self._structure, cols)
+        return loader_protocol.SampleBatch(samples, self._structure, cols)
 
-    # ---- ThreadDataLoader hooks ---------------------------------------------
+    # ---- ThreadDataLoader hooks (_loader_protocol) ---------------------------
     def _pyddstore_column_batch(self, indices, out=None):
-        """The batch as a _ColumnBatch, for a loader that collates with the default collate:
+        """The batch as a ColumnBatch, for a loader that collates with the default collate:
         the same reads as __getitems__ without building a view per sample and field (a
         Python call and a tensor view each, which cost more than the read itself for small
         samples). None when samples need per-sample work (decode, ragged fields) or a
@@ -438,7 +408,7 @@ class _StoreDataset(torch.utils.data.Dataset):
         keys = self._structure.keys
         rows, bad = self._rows(indices)
         vals = self._to_values(keys, self._read_columns(rows, keys, out, bad))
-        return _ColumnBatch(self._structure, [
+        return loader_protocol.ColumnBatch(self._structure, [
             v if isinstance(v, torch.Tensor) else torch.from_numpy(v)
             for v in (vals[f.key] for f in self._structure.fields)])
 
@@ -487,9 +457,9 @@ class _StoreDataset(torch.utils.data.Dataset):
     def _init_reading(self):
         self._alloc_lock = threading.Lock()
         self._allocated = {}
-        # Set by ThreadDataLoader: the iterator whose collective reads are still
-        # in flight on this dataset (drained before another one starts).
-        self._ordered_owner = None
+        # ThreadDataLoader's handshake: the iterator whose collective reads are
+        # still in flight on this dataset (drained before another one starts).
+        loader_protocol.init_ordered_owner(self)
 
 
 _EXC_TYPES = {t.__name__: t for t in (ValueError, TypeError, KeyError, IndexError, RuntimeError,
@@ -674,7 +644,9 @@ class DistDataset(_StoreDataset):
                           handshake_dir=handshake_dir)
         try:
             t0 = time.perf_counter()
-            self._load(store, comm, source, encode, fields, chunk_size, what, progress)
+            plan = _LoadPlan(source, encode=encode, fields=fields, chunk_size=chunk_size, what=what,
+                             progress=progress)
+            self._load(store, comm, plan)
             self._log_loaded(store, time.perf_counter() - t0)
             self._collective = store.method == 0
         except BaseException:
@@ -686,11 +658,11 @@ class DistDataset(_StoreDataset):
         self._store = store
 
     # ---- loading ---------------------------------------------------------------
-    def _prepare(self, sample, encode, fields, index):
-        if encode is not None:
-            sample = encode(sample)
-        elif fields is not None:
-            sample = st.select(sample, fields, index)
+    def _prepare(self, sample, plan, index):
+        if plan.encode is not None:
+            sample = plan.encode(sample)
+        elif plan.fields is not None:
+            sample = st.select(sample, plan.fields, index)
         if self._conversions is not None:
             sample = self._convert(sample, index)
         if self._ragged is not None:
@@ -727,7 +699,8 @@ class DistDataset(_StoreDataset):
                      local, self._len, len(keys), row_bytes, local * row_bytes / 1e6, seconds,
                      store.method, store.group_index, store.group_rank, store.group_size)
 
-    def _load(self, store, comm, source, encode, fields, chunk_size, what, progress=None):
+    def _load(self, store, comm, plan):
+        source, chunk_size, what = plan.source, plan.chunk_size, plan.what
         n = self._len
         g, gsize = store.group_rank, store.group_size
         start, stop = n * g // gsize, n * (g + 1) // gsize
@@ -739,7 +712,7 @@ class DistDataset(_StoreDataset):
         first = {}
         try:
             if stop > start:
-                first[start] = self._prepare(source[start], encode, fields, start)
+                first[start] = self._prepare(source[start], plan, start)
                 structure = st.structure_of(first[start], start)
         except Exception as e:  # noqa: BLE001
             err = e
@@ -765,17 +738,17 @@ class DistDataset(_StoreDataset):
         self._structure = structure
 
         # 2. This rank's share, whole or chunk by chunk.
-        use_range = (encode is None and self._ragged is None
-                     and callable(getattr(source, "read_range", None)))
+        plan = dataclasses.replace(plan, use_range=(
+            plan.encode is None and self._ragged is None
+            and callable(getattr(source, "read_range", None))))
         nloc = stop - start
         bar = None
         if chunk_size is None:
             err, cols = None, None
             try:
-                bar = _progress.bar(nloc, progress=progress, rank=comm.Get_rank(),
+                bar = _progress.bar(nloc, progress=plan.progress, rank=comm.Get_rank(),
                                     desc=f"{what} loading")
-                cols = self._read_block(source, start, stop, structure, encode, fields, use_range, None,
-                                        bar, first=first)
+                cols = self._read_block(plan, start, stop, None, bar, first=first)
             except Exception as e:  # noqa: BLE001
                 err = e
             finally:
@@ -793,12 +766,11 @@ class DistDataset(_StoreDataset):
             bufs = {f.key: np.empty((min(chunk_size, max(nloc, 1)),) + f.shape, f.dtype)
                     for f in structure.fields}
             try:
-                bar = _progress.bar(nloc, progress=progress, rank=comm.Get_rank(),
+                bar = _progress.bar(nloc, progress=plan.progress, rank=comm.Get_rank(),
                                     desc=f"{what} loading")
                 for a in range(start, stop, chunk_size):
                     b = min(a + chunk_size, stop)
-                    cols = self._read_block(source, a, b, structure, encode, fields, use_range, bufs,
-                                            first=first)
+                    cols = self._read_block(plan, a, b, bufs, first=first)
                     for f in structure.fields:
                         store.update(self._var_name(f.key), cols[f.key], a - start)
                     del cols
@@ -819,21 +791,21 @@ class DistDataset(_StoreDataset):
         js = structure.to_json().encode() if g == 0 else b""
         store.add(f"{self._name}/{st.STRUCTURE_SUFFIX}", np.frombuffer(js, dtype=np.uint8).copy())
 
-    def _read_block(self, source, a, b, structure, encode, fields, use_range, bufs, bar=None, *,
-                    first=None):
-        """Samples a..b-1 as host arrays {key: (b-a, *shape)}, checked against structure.
+    def _read_block(self, plan, a, b, bufs, bar=None, *, first=None):
+        """Samples a..b-1 as host arrays {key: (b-a, *shape)}, checked against self._structure.
 
         bar: a progress bar advanced as samples are read (None: none).
         first: {index: prepared sample} already read from the source (the
         structure probe); such a sample is taken from it (and dropped from it)
         instead of being read and encoded a second time.
         """
+        source, fields, structure = plan.source, plan.fields, self._structure
         m = b - a
         out = {f.key: (bufs[f.key][:m] if bufs is not None else np.empty((m,) + f.shape, f.dtype))
                for f in structure.fields}
         if m == 0:
             return out
-        if use_range:
+        if plan.use_range:
             block = source.read_range(a, b)
             if fields is not None:
                 block = st.select(block, fields, f"{a}..{b - 1}")
@@ -868,7 +840,7 @@ class DistDataset(_StoreDataset):
             if first and i in first:
                 sample = first.pop(i)
             else:
-                sample = self._prepare(source[i], encode, fields, i)
+                sample = self._prepare(source[i], plan, i)
             for spec, value in st.items_of(sample, structure, i):
                 dest = out[spec.key]
                 if spec.kind == st.TENSOR:

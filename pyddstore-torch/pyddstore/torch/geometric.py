@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from . import _dtypes, _progress
+from . import _loader_protocol as loader_protocol
 from ._logging import logger
 from .loader import ThreadDataLoader
 
@@ -614,6 +615,7 @@ class _GraphDataset(torch.utils.data.Dataset):
         return self._sizes
 
     def _pyddstore_ordered_reads(self):
+        """ThreadDataLoader hook (_loader_protocol): self when reads are collective (method 0)."""
         return self if self._collective else None
 
     # -- lifetime ---------------------------------------------------------------
@@ -732,8 +734,8 @@ class DistDataset(_GraphDataset):
             store.free()
             raise
         self._store = store
-        # ThreadDataLoader: the iterator whose collective reads are in flight.
-        self._ordered_owner = None
+        # ThreadDataLoader's handshake: the iterator whose collective reads are in flight.
+        loader_protocol.init_ordered_owner(self)
 
     def _sample(self, source, i):
         d = source[i]
@@ -938,7 +940,7 @@ class DistDatasetReader(_GraphDataset):
 
         self._store = None
         self._name = name
-        self._ordered_owner = None
+        loader_protocol.init_ordered_owner(self)
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be the core group's dataset name, got {name!r}")
         if data_cls is not None and not (isinstance(data_cls, type) and issubclass(data_cls, Data)):
@@ -993,6 +995,8 @@ class Collater:
         self._pyg = PygCollater(dataset, follow_batch, exclude_keys)
 
     def _pyddstore_read(self, dataset, indices):
+        """ThreadDataLoader hook (_loader_protocol): the batch's store columns when
+        `dataset` is (a Subset of) a geometric DistDataset, else None."""
         target, rows = _target(dataset, indices)
         if target is None:
             return None

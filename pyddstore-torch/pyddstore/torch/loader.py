@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data import _utils as _dl_utils
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from .dataset import _ColumnBatch, _SampleBatch
+from . import _loader_protocol as loader_protocol
 
 _default_collate = _dl_utils.collate.default_collate
 
@@ -39,19 +39,6 @@ def _affinity_sets(n_threads):
             f"thread(s) need {need} CPUs but this process may run on {len(cpus)} ({cpus}); lower the "
             "width, the offset or num_workers")
     return [cpus[offset + i * width: offset + (i + 1) * width] for i in range(n_threads)]
-
-
-def _ordered_dataset(dataset):
-    """The DistDataset under `dataset` whose batched reads are collective, or None."""
-    for _ in range(16):  # Subset of Subset of ...: bounded, never a cycle
-        getter = getattr(dataset, "_pyddstore_ordered_reads", None)
-        if callable(getter):
-            return getter()
-        if isinstance(dataset, torch.utils.data.Subset):
-            dataset = dataset.dataset
-            continue
-        return None
-    return None
 
 
 class _Run:
@@ -102,8 +89,7 @@ class _Run:
             self.cond.notify_all()
         self.wait_processed()
         self.finished = True
-        if self.ordered_ds._ordered_owner is self:
-            self.ordered_ds._ordered_owner = None
+        loader_protocol.release_ordered_reads(self.ordered_ds, self)
 
 
 class _Core:
@@ -126,7 +112,7 @@ class _Core:
         self.fast_collate = self.collate_fn is _default_collate
         self.reuse = reuse_buffers
         self.affinity = _affinity_sets(self.n_threads)
-        self.ordered_ds = _ordered_dataset(self.dataset)
+        self.ordered_ds = loader_protocol.ordered_reads_dataset(self.dataset)
         self.seed_drawn = False
         # Reads in one thread in order: collective reads (method 0), and iterable
         # datasets (one shared iterator).
@@ -239,14 +225,11 @@ class _Core:
         if self.auto_collation:
             # A collate_fn may read the batch itself (pyddstore.torch.geometric.Collater
             # builds graph batches from store columns); None: the usual path.
-            read = getattr(self.collate_fn, "_pyddstore_read", None)
-            if read is not None:
-                data = read(ds, index)
-                if data is not None:
-                    return data
+            data = loader_protocol.collate_fn_read(self.collate_fn, ds, index)
+            if data is not None:
+                return data
             if self.fast_collate:
-                columns = getattr(ds, "_pyddstore_column_batch", None)
-                data = columns(index, out=bufs) if columns is not None else None
+                data = loader_protocol.read_column_batch(ds, index, out=bufs)
                 if data is not None:
                     return data
             if bufs is not None:
@@ -260,10 +243,10 @@ class _Core:
     def finish_batch(self, data):
         """Collate (cheaply, for DistDataset batches) and pin a fetched batch."""
         out = None
-        if self.fast_collate and isinstance(data, (_SampleBatch, _ColumnBatch)):
+        if self.fast_collate:
             # The samples are views into one column per field: return the columns
             # instead of stacking the samples again (copied when the buffers are reused).
-            out = data.collated(copy=self.reuse)
+            out = loader_protocol.collated_columns(data, copy=self.reuse)
         if out is None:
             out = self.collate_fn(data)
         if self.pin:
@@ -335,12 +318,12 @@ class _ThreadIter(_BaseDataLoaderIter):
                                                   self._auto_collation, lambda x: x, self._drop_last)
         ods = core.ordered_ds
         if ods is not None:
-            prev = ods._ordered_owner
+            prev = loader_protocol.ordered_reads_owner(ods)
             if prev is not None and not prev.finished:
                 prev.drain()
         self._run = _Run(core, ods, self._sampler_iter, fetcher)
         if ods is not None:
-            ods._ordered_owner = self._run
+            loader_protocol.claim_ordered_reads(ods, self._run)
         # Keep runs whose fetches may still be running (close() waits for them).
         core.runs = [r for r in core.runs
                      if not r.finished and not (r.cancelled and r.processed >= r.submitted)] + [self._run]
@@ -405,8 +388,8 @@ class _ThreadIter(_BaseDataLoaderIter):
         run = self._run
         run.finished = True
         run.cancelled = True   # batches in flight past the end (iterable datasets) are dropped
-        if run.ordered_ds is not None and run.ordered_ds._ordered_owner is run:
-            run.ordered_ds._ordered_owner = None
+        if run.ordered_ds is not None:
+            loader_protocol.release_ordered_reads(run.ordered_ds, run)
 
     def close(self):
         """Stop this iterator: no more batches are fetched, those in flight are

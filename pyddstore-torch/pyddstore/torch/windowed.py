@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 
+from . import _loader_protocol as loader_protocol
 from . import _structure as st
 from ._errors import WindowRangeError
-from .dataset import _SampleBatch
 
 
 class WindowedDataset(torch.utils.data.Dataset):
@@ -98,26 +98,14 @@ class WindowedDataset(torch.utils.data.Dataset):
         vals = {k: v.reshape((b, self.window) + tuple(v.shape[1:])) for k, v in flat.items()}
         samples = [self._sample(vals, j) for j in range(b)]
         if self.fields is not None:
-            return _WindowBatch(samples, {k: self._as_tensor(vals[k]) for k in self._keys})
-        return _SampleBatch(samples, self.ds.structure,
-                            [self._as_tensor(vals[f.key]) for f in self.ds.structure.fields])
+            return loader_protocol.WindowBatch(samples,
+                                               {k: self._as_tensor(vals[k]) for k in self._keys})
+        return loader_protocol.SampleBatch(samples, self.ds.structure,
+                                           [self._as_tensor(vals[f.key]) for f in self.ds.structure.fields])
 
     def _pyddstore_ordered_reads(self):
-        getter = getattr(self.ds, "_pyddstore_ordered_reads", None)
-        return getter() if callable(getter) else None
-
-
-class _WindowBatch(_SampleBatch):
-    """Batch of dict-of-selected-fields windows: default_collate is the dict of columns."""
-
-    __slots__ = ("_dict",)
-
-    def __init__(self, samples, columns):
-        super().__init__(samples, None, None)
-        self._dict = columns
-
-    def collated(self, copy):
-        return {k: (v.clone() if copy else v) for k, v in self._dict.items()}
+        """ThreadDataLoader hook (_loader_protocol): ds's collective-reads dataset, or None."""
+        return loader_protocol.own_ordered_reads(self.ds)
 
 
 def row_of(concat, source, index):

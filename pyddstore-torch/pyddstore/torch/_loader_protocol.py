@@ -1,0 +1,177 @@
+"""What a pyddstore dataset offers ThreadDataLoader, and how the loader asks for it.
+
+ThreadDataLoader (loader.py) and the store-backed datasets (dataset.py,
+windowed.py, geometric.py) meet only here, the way torch's DataLoader asks a
+dataset for one narrow thing through its fetcher. A dataset offers any of the
+following by defining the hook; the loader reaches each one through the
+function named here and never through getattr or another object's private
+attribute:
+
+1. Reading a batch as columns -- hook ``_pyddstore_column_batch(indices,
+   out=None)``, asked through :func:`read_column_batch`. Returns a
+   :class:`ColumnBatch` (one column per field, no per-sample views) or None
+   when the batch needs per-sample work; decided before reading, so the
+   loader's fallback to ``__getitems__`` never reads twice. Only asked when
+   the loader collates with torch's default collate.
+
+   Batches the loader can collate by handing over their columns are the
+   batch types of this module: :class:`ColumnBatch`, and :class:`SampleBatch`
+   / :class:`WindowBatch` (what ``__getitems__`` returns: a plain list of
+   samples for every other consumer). :func:`collated_columns` gives their
+   default collate.
+
+2. Collective (ordered) reads -- hook ``_pyddstore_ordered_reads()``, asked
+   through :func:`ordered_reads_dataset` (which looks through
+   ``torch.utils.data.Subset``) or :func:`own_ordered_reads` (the object
+   itself only). Returns the dataset whose batched reads are collective
+   (method 0), or None. Every rank must make those reads in the same order,
+   so the loader makes them in one reader thread, in batch order.
+
+3. The ownership handshake of the ordered reads -- the dataset holds one
+   owner slot, set up by :func:`init_ordered_owner` when the dataset is made.
+   The loader's epoch that makes the reads :func:`claim_ordered_reads`; one
+   cut short stays the owner until the next epoch (or the loader's close())
+   looks up :func:`ordered_reads_owner`, settles it, and claims the reads
+   itself. An epoch that ends, or is settled, hands the reads back with
+   :func:`release_ordered_reads`. The slot holds whatever the loader puts
+   there (its per-epoch run); datasets never look at it.
+
+4. A collate function that reads its batches itself -- hook
+   ``_pyddstore_read(dataset, indices)`` on the collate_fn, asked through
+   :func:`collate_fn_read`. pyddstore.torch.geometric.Collater builds graph
+   batches from store columns so; None from it means "read the usual way".
+"""
+
+import torch
+
+from . import _structure as st
+
+
+# ---- 1. batches the loader collates by handing over their columns -------------
+
+class SampleBatch(list):
+    """The samples of one batch, plus the per-field batch columns they view.
+
+    A plain list for every consumer; ThreadDataLoader recognises it and, with
+    the default collate_fn, returns the columns instead of stacking the samples
+    again (see collated()).
+    """
+
+    __slots__ = ("_structure", "_columns")
+
+    def __init__(self, samples, structure, columns):
+        super().__init__(samples)
+        self._structure = structure
+        # Field columns as torch tensors in field order, or None when the
+        # samples are not plain views of them (decode was applied).
+        self._columns = columns
+
+    def collated(self, copy):
+        """default_collate(self) built from the columns, or None when not possible.
+
+        copy=True returns tensors that own their memory (needed when the
+        columns live in buffers that will be reused).
+        """
+        if self._columns is None:
+            return None
+        cols = [c.clone() if copy else c for c in self._columns]
+        return st.collated(self._structure, cols)
+
+
+class ColumnBatch:
+    """A batch read as one column per field, with no per-sample views: what
+    ThreadDataLoader's default collate returns for it is the columns themselves."""
+
+    __slots__ = ("_structure", "_columns")
+
+    def __init__(self, structure, columns):
+        self._structure = structure
+        self._columns = columns
+
+    def collated(self, copy):
+        """default_collate of the batch (tensors owning their memory when copy=True)."""
+        cols = [c.clone() if copy else c for c in self._columns]
+        return st.collated(self._structure, cols)
+
+
+class WindowBatch(SampleBatch):
+    """Batch of dict-of-selected-fields windows: default_collate is the dict of columns."""
+
+    __slots__ = ("_dict",)
+
+    def __init__(self, samples, columns):
+        super().__init__(samples, None, None)
+        self._dict = columns
+
+    def collated(self, copy):
+        """The dict of columns (tensors owning their memory when copy=True)."""
+        return {k: (v.clone() if copy else v) for k, v in self._dict.items()}
+
+
+def read_column_batch(dataset, indices, out=None):
+    """The batch `indices` of `dataset` as a ColumnBatch, or None when the dataset
+    offers no column read or this batch needs per-sample work (nothing read then)."""
+    read = getattr(dataset, "_pyddstore_column_batch", None)
+    return read(indices, out=out) if read is not None else None
+
+
+def collated_columns(data, copy):
+    """default_collate of `data` built from its columns when it is one of this
+    module's batch types and that is possible; None otherwise."""
+    if isinstance(data, (SampleBatch, ColumnBatch)):
+        return data.collated(copy=copy)
+    return None
+
+
+# ---- 2. collective reads, made in order by one thread ------------------------
+
+def own_ordered_reads(dataset):
+    """The dataset whose reads are collective that `dataset` itself declares
+    (its ``_pyddstore_ordered_reads()``), or None."""
+    getter = getattr(dataset, "_pyddstore_ordered_reads", None)
+    return getter() if callable(getter) else None
+
+
+def ordered_reads_dataset(dataset):
+    """The dataset under `dataset` (through Subsets) whose batched reads are collective, or None."""
+    for _ in range(16):  # Subset of Subset of ...: bounded, never a cycle
+        getter = getattr(dataset, "_pyddstore_ordered_reads", None)
+        if callable(getter):
+            return getter()
+        if isinstance(dataset, torch.utils.data.Subset):
+            dataset = dataset.dataset
+            continue
+        return None
+    return None
+
+
+# ---- 3. who owns the ordered reads of a dataset -----------------------------
+
+def init_ordered_owner(dataset):
+    """Give a dataset with collective reads its owner slot, empty."""
+    dataset._ordered_owner = None
+
+
+def ordered_reads_owner(dataset):
+    """Whoever made the dataset's collective reads last and has not released them, or None."""
+    return dataset._ordered_owner
+
+
+def claim_ordered_reads(dataset, owner):
+    """Make `owner` the one whose collective reads of `dataset` are in flight."""
+    dataset._ordered_owner = owner
+
+
+def release_ordered_reads(dataset, owner):
+    """Empty the owner slot of `dataset` if `owner` holds it (a later owner keeps it)."""
+    if dataset._ordered_owner is owner:
+        dataset._ordered_owner = None
+
+
+# ---- 4. a collate_fn that reads its batches itself --------------------------
+
+def collate_fn_read(collate_fn, dataset, indices):
+    """The batch `indices` of `dataset` as `collate_fn` reads it itself (its
+    ``_pyddstore_read``), or None when it does not (the loader reads as usual)."""
+    read = getattr(collate_fn, "_pyddstore_read", None)
+    return read(dataset, indices) if read is not None else None
