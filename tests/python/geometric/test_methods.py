@@ -43,7 +43,10 @@ def test_method1_parallel_reads(world, monkeypatch):
 
 
 READER = r"""
-import json, sys
+import faulthandler, json, sys
+# Seen once in CI: this job did not finish. If it hangs again, every thread's
+# stack goes to stderr, which the test prints, and the job exits.
+faulthandler.dump_traceback_later(200, exit=True)
 import torch
 sys.path.insert(0, sys.argv[3])
 from graphs import Graphs, PairData, expected, same_batch, same_data
@@ -75,20 +78,31 @@ def test_reader_in_another_job(world, monkeypatch):
     _fabric(world, monkeypatch)
     hs = world.bcast(tempfile.mkdtemp(prefix="ddsgeo-") if world.rank == 0 else None)
     ds = DistDataset(Graphs(N, pair=True), "geo_pub", comm=world, method=2, handshake_dir=hs)
+    failure = None
     try:
         if world.rank == 0:
-            env = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("OMPI_", "PMIX_", "PRTE_", "OPAL_", "HYDRA_", "PMI_"))}
-            out = subprocess.run([sys.executable, "-c", READER, hs, str(world.size), HERE],
-                                 capture_output=True, text=True, env=env, timeout=300)
-            assert out.returncode == 0, out.stderr[-3000:]
-            got = json.loads(out.stdout.strip().splitlines()[-1])
-            assert got["len"] == N and got["wrong_cls"] is True and got["batches"] == got["plan"]
+            # Any failure here is raised only after the barrier below: rank 0 going
+            # straight to free() (collective) would leave rank 1 in the barrier for good.
+            try:
+                env = {k: v for k, v in os.environ.items()
+                       if not k.startswith(("OMPI_", "PMIX_", "PRTE_", "OPAL_", "HYDRA_", "PMI_"))}
+                out = subprocess.run([sys.executable, "-c", READER, hs, str(world.size), HERE],
+                                     capture_output=True, text=True, env=env, timeout=240)
+                assert out.returncode == 0, out.stderr[-3000:]
+                got = json.loads(out.stdout.strip().splitlines()[-1])
+                assert got["len"] == N and got["wrong_cls"] is True and got["batches"] == got["plan"]
+            except BaseException as e:  # noqa: BLE001 - re-raised after the barrier
+                failure = e
         req = world.Ibarrier()   # sleep, not spin, while rank 0's child reads
         while not req.Test():
             time.sleep(0.01)
     finally:
         ds.free()
+    if failure is not None:
+        if isinstance(failure, subprocess.TimeoutExpired):
+            raise AssertionError(f"the reader job did not finish in {failure.timeout} s; its "
+                                 f"output so far:\n{(failure.stderr or b'')[-3000:]!r}") from failure
+        raise failure
 
 
 def test_graphs_from_parquet(world, tmp_path_factory):
