@@ -6,21 +6,7 @@ checks them against the header).
 
 import numpy as np
 
-# (kind, itemsize) of native numpy dtypes -> enum dds_dtype tag.
-_TAG_OF_KIND = {
-    ("b", 1): 1,
-    ("u", 1): 2,
-    ("i", 1): 3,
-    ("i", 2): 4,
-    ("u", 2): 5,
-    ("i", 4): 6,
-    ("u", 4): 7,
-    ("i", 8): 8,
-    ("u", 8): 9,
-    ("f", 2): 10,
-    ("f", 4): 11,
-    ("f", 8): 12,
-}
+# enum dds_dtype tag -> numpy dtype (ddstore.h order).
 _DTYPE_OF_TAG = {
     1: np.dtype(np.bool_),
     2: np.dtype(np.uint8),
@@ -35,6 +21,9 @@ _DTYPE_OF_TAG = {
     11: np.dtype(np.float32),
     12: np.dtype(np.float64),
 }
+# (kind, itemsize) of native numpy dtypes -> tag: the inverse of the table above,
+# so that the two cannot disagree.
+_TAG_OF_KIND = {(dt.kind, dt.itemsize): tag for tag, dt in _DTYPE_OF_TAG.items()}
 _TAG_BFLOAT16 = 13
 SUPPORTED_DTYPES = tuple(d.name for d in _DTYPE_OF_TAG.values())
 

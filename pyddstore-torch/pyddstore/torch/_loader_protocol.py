@@ -125,23 +125,27 @@ def collated_columns(data, copy):
 
 # ---- 2. collective reads, made in order by one thread ------------------------
 
+def _ordered_reads_hook(dataset):
+    getter = getattr(dataset, "_pyddstore_ordered_reads", None)
+    return getter if callable(getter) else None
+
+
 def own_ordered_reads(dataset):
     """The dataset whose reads are collective that `dataset` itself declares
     (its ``_pyddstore_ordered_reads()``), or None."""
-    getter = getattr(dataset, "_pyddstore_ordered_reads", None)
-    return getter() if callable(getter) else None
+    hook = _ordered_reads_hook(dataset)
+    return hook() if hook is not None else None
 
 
 def ordered_reads_dataset(dataset):
     """The dataset under `dataset` (through Subsets) whose batched reads are collective, or None."""
     for _ in range(16):  # Subset of Subset of ...: bounded, never a cycle
-        getter = getattr(dataset, "_pyddstore_ordered_reads", None)
-        if callable(getter):
-            return getter()
-        if isinstance(dataset, torch.utils.data.Subset):
-            dataset = dataset.dataset
-            continue
-        return None
+        hook = _ordered_reads_hook(dataset)
+        if hook is not None:
+            return hook()
+        if not isinstance(dataset, torch.utils.data.Subset):
+            return None
+        dataset = dataset.dataset
     return None
 
 
