@@ -295,7 +295,6 @@ class AdaptiveDataLoaderHelper:
         self._done_epoch = None       # the last epoch whose loop finished
         self._steps_since_sync = 0
         self._pass_optim_steps = 0
-        self._resumed = False         # restored mid-pass: no choice before the next due one
         self.end_index = None
 
     # ------------------------------------------------------------ sizes
@@ -443,18 +442,23 @@ class AdaptiveDataLoaderHelper:
         """
         optim = self.is_optim_step()
         start = time.perf_counter()
-        yield
-        if commit:
-            _job.profile.record(self.num_replicas, self._local, "optim" if optim else "accum",
-                                time.perf_counter() - start)
-        if optim:
-            self._accum_count = 0
-            self._steps_since_sync += 1
-            self._pass_optim_steps += 1
-            _job.optim_steps += 1
-            _job.progress += float(_gain(self.current_batch_size, self.batch_size))
-        else:
-            self._accum_count += 1
+        try:
+            yield
+            if commit:
+                _job.profile.record(self.num_replicas, self._local, "optim" if optim else "accum",
+                                    time.perf_counter() - start)
+        finally:
+            # Counted also when the body leaves the loop (break, exception):
+            # state_dict() taken in that body counts this step as done, and a
+            # restart from it must meet the same counters as going on.
+            if optim:
+                self._accum_count = 0
+                self._steps_since_sync += 1
+                self._pass_optim_steps += 1
+                _job.optim_steps += 1
+                _job.progress += float(_gain(self.current_batch_size, self.batch_size))
+            else:
+                self._accum_count += 1
 
     def _sync_local_bsz(self):  # noqa: C901 - one decision, in order
         """Choose the local size and accumulation steps by goodput; returns True if they changed.
@@ -610,9 +614,6 @@ class AdaptiveDataLoaderHelper:
         self._done_epoch, self.end_index = state["done_epoch"], state["end_index"]
         _job.finished_epochs = state["finished_epochs"]
         self._steps_since_sync = int(state.get("steps_since_sync", 0))
-        # A run not interrupted would make its next choice at the next due
-        # step, not where this one resumes: keep the decision points.
-        self._resumed = self._index > 0
         job = state.get("job")
         if job is not None:
             self.train()
@@ -788,10 +789,15 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
             done = False
             h._pass_optim_steps = 0
             resized = False
+            # Entered mid-pass (after a break or a restart): choose only if a
+            # choice is due, so that the decision points, and so the batches,
+            # are those of a loop never left.
+            entered_mid_pass = n > 0 and h._index % n != 0
             while not done:
-                if not resized and not h._resumed:   # no second choice at the same step
+                if not resized and (not entered_mid_pass
+                                    or h._steps_since_sync >= h._sync_interval):
                     h._sync_local_bsz()
-                h._resumed = False
+                entered_mid_pass = False
                 self.sampler.set_epoch(epoch, h._index)
                 self.batch_sampler.batch_size = h.current_local_bsz
                 it = super().__iter__()

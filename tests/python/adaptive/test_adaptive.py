@@ -236,8 +236,14 @@ def test_restart_keeps_schedule_and_position(pg):
         saved = {}
         for _ in adl.remaining_epochs_until(1):
             run_steps(loader, adp, opt, 12, saved)
+            # Leaving the loop in a step's body counts that step, as the
+            # state taken there does.
+            assert loader.state_dict()["job"]["optim_steps"] == 12
             # The uninterrupted run goes on for three more steps from here.
             go_on = run_steps(loader, adp, opt, 3, {})
+            # Re-entering mid-pass chose nothing: choices stay at the due
+            # steps, whatever the step times measured.
+            assert all(t[0] % 5 == 0 for t in loader.trajectory), loader.trajectory
         loader.close()
         del adp
         state = saved["state"]
