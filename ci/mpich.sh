@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # libddstore with Debian's MPICH beside the default Open MPI.
 #
-#   bash ci/mpich.sh            install MPICH if missing, build build-mpich/, run the C tests
+#   bash ci/mpich.sh            install MPICH if missing, build build-mpich/ (meson,
+#                               -Dlibddstore:mpi=mpich), run the C tests
 #   bash ci/mpich.sh --python   also build mpi4py from source against MPICH into
 #                               .mpich/venv (cached) and run the Python core suite with it
 #   bash ci/mpich.sh --build    only install and build (build-mpich/ and the cached
@@ -75,6 +76,9 @@ echo "mpich: $(mpichversion 2>/dev/null | sed -n 's/^MPICH \(Version\|Device\):[
 echo "mpich: default mpiexec is still $(mpiexec --version 2>&1 | head -1)"
 
 # ---- build libddstore + C tests against MPICH --------------------------------------
+# A meson build of the whole tree with the `mpich` pkg-config dependency
+# (-Dlibddstore:mpi=mpich): the library and every C test program of
+# tests/meson.build (test_core, test_badinput, ...) link MPICH.
 build=build-mpich
 if [ ! -f "$build/build.ninja" ]; then
   nice meson setup "$build" . -Dlibddstore:mpi=mpich >/dev/null
@@ -86,8 +90,6 @@ if ! grep -q libmpich <<<"$(ldd "$build/tests/test_core")"; then
   exit 1
 fi
 libdir="$build/subprojects/libddstore"
-nice mpicc.mpich -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -O1 -Ilibddstore/include \
-  tests/c/test_badinput.c -o "$build/test_badinput" -L"$libdir" -lddstore -Wl,-rpath,"$(cd "$libdir" && pwd)"
 has_fabric=0
 grep -q libfabric <<<"$(ldd "$libdir/libddstore.so")" && has_fabric=1
 hsdir="$(mktemp -d /tmp/ddstore-mpich-hs.XXXXXX)"
@@ -148,39 +150,40 @@ done
 for n in 1 2; do
   for nl in 1 0; do
     run "test_badinput method=0 np=$n node_local=$nl" 180 \
-      env DDSTORE_METHOD=0 DDSTORE_NODE_LOCAL=$nl mpiexec.mpich -n $n "$build/test_badinput"
+      env DDSTORE_METHOD=0 DDSTORE_NODE_LOCAL=$nl mpiexec.mpich -n $n "$build/tests/test_badinput"
   done
 done
-run "test_badinput known-bug marks" 600 bash tests/c/known-bug-marks.sh "$build/test_badinput" mpiexec.mpich
+run "test_badinput known-bug marks" 600 bash tests/c/known-bug-marks.sh "$build/tests/test_badinput" mpiexec.mpich
 if [ $has_fabric = 1 ]; then
   run "test_badinput method=2 fabric=shm np=2" 180 \
     env DDSTORE_METHOD=2 DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir" \
-    mpiexec.mpich -n 2 "$build/test_badinput"
+    mpiexec.mpich -n 2 "$build/tests/test_badinput"
 fi
 
 # ---- mpi4py against MPICH (optional, cached) ------------------------------------------
 if [ $python_too = 1 ]; then
   build_mpich_venv
   "$venv/bin/python" -c "from mpi4py import MPI; print('mpich: mpi4py', MPI.Get_library_version().splitlines()[0])"
-  mpich_py() { # mpich_py <label> <ranks> <suite> [env...]
-    local label=$1 n=$2 suite=$3; shift 3
-    # MPIEXEC names MPICH's launcher for tests that start jobs of their own
-    # (Open MPI's mpiexec cannot start an MPICH-built mpi4py).
-    run "pytest $suite np=$n $label (MPICH)" 900 \
-      env MPIEXEC=mpiexec.mpich PYDDSTORE_LIBRARY="$(cd "$libdir" && pwd)/libddstore.so" \
-      PYTHONPATH="$root/pyddstore-core:$root/pyddstore-torch" "$@" \
-      mpiexec.mpich -n "$n" "$venv/bin/python" tests/python/run_pytest.py -q --color=no "$suite"
-  }
-  # MPICH's ranks spin while they wait: 4 ranks on 2 cores take ~40 s a
-  # suite, so 4 ranks run once, with every read of another rank through RMA.
-  for n in 1 2; do
-    mpich_py "method 0" $n tests/python/core
+  # The steps: tests/manifest.toml's `mpich` section (ci/manifest.py reads
+  # it). MPIEXEC names MPICH's launcher for tests that start jobs of their
+  # own (Open MPI's mpiexec cannot start an MPICH-built mpi4py).
+  have=()
+  [ $has_fabric = 1 ] && have+=(--have fabric)
+  steps_out=$(python3 ci/manifest.py --section mpich "${have[@]}" --mpiexec mpiexec.mpich \
+    --python "$venv/bin/python" --env MPIEXEC=mpiexec.mpich \
+    --env PYDDSTORE_LIBRARY="$(cd "$libdir" && pwd)/libddstore.so" \
+    --env PYTHONPATH="$root/pyddstore-core:$root/pyddstore-torch") \
+    || { echo "mpich: tests/manifest.toml could not be read (above)"; exit 1; }
+  mapfile -t steps <<<"$steps_out"
+  for line in "${steps[@]}"; do
+    IFS=$'\t' read -r kind label t cmd <<<"$line"
+    if [ "$kind" = skip ]; then
+      echo "mpich: skip $label ($t)"
+      continue
+    fi
+    eval "argv=($cmd)"
+    run "$label" "$t" "${argv[@]}"
   done
-  mpich_py "method 0 via RMA" 4 tests/python/core DDSTORE_NODE_LOCAL=0
-  if [ $has_fabric = 1 ]; then
-    mpich_py "method 1 shm" 2 tests/python/core DDSTORE_METHOD=1 DDSTORE_FABRIC=shm DDSTORE_NODE_LOCAL=0
-  fi
-  mpich_py "method 0" 2 tests/python/torch
 fi
 
 if [ $failures -ne 0 ]; then

@@ -1,10 +1,29 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: set up (ci/setup.sh), build
-# the C library and its tests with meson, then run the C tests and every
-# Python suite under mpiexec at several rank counts, each with a timeout.
+# the C library and its tests with meson, then run every step of
+# tests/manifest.toml (C tests, sanitizers, MPICH, simulated hosts, every
+# Python suite under mpiexec at several rank counts), each with a timeout.
+#
+#   bash ci/test.sh               everything (tests/manifest.toml's `ci` steps)
+#   bash ci/test.sh --list        the steps it would run, with timeouts; runs nothing
+#   bash ci/test.sh --only REGEX  set up and build, then only the steps whose
+#                                 label matches REGEX (grep -E)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+only=""
+case "${1:-}" in
+  --list)
+    have=()
+    command -v mpifort >/dev/null && have+=(--have mpifort)
+    py=python3; [ -x .venv/bin/python ] && py=.venv/bin/python
+    "$py" -c "import pyddstore, sys; sys.exit(0 if pyddstore.has_fabric() else 1)" 2>/dev/null \
+      && have+=(--have fabric)
+    exec "$py" ci/manifest.py --section ci --list "${have[@]}" ;;
+  --only) only=${2:?usage: ci/test.sh --only REGEX} ;;
+  "") ;;
+  *) echo "usage: bash ci/test.sh [--list | --only REGEX]" >&2; exit 2 ;;
+esac
 bash ci/setup.sh
 source ci/env.sh
 export PATH="$root/.venv/bin:$PATH"
@@ -36,60 +55,27 @@ rm -rf build-ci
 meson setup build-ci . >/dev/null
 ninja -C build-ci >/dev/null
 
-# Every C test (method 0 both ways, methods 1/2 on shm and tcp, the
-# handshake parser) at several rank counts, each with its own timeout.
-run "C tests (meson test)" 1500 meson test -C build-ci --print-errorlogs --num-processes 1
-if [ -f tests/c/extra-tests.sh ]; then
-  run "C extra tests" 900 env DDS_SKIP_MPICH=1 bash tests/c/extra-tests.sh build-ci
+# The steps: tests/manifest.toml's `ci` section, in order (ci/manifest.py
+# reads it). `needs` there: mpifort on PATH, libddstore with libfabric.
+have=()
+command -v mpifort >/dev/null && have+=(--have mpifort)
+if python -c "import pyddstore, sys; sys.exit(0 if pyddstore.has_fabric() else 1)" 2>/dev/null; then
+  have+=(--have fabric)
 fi
-run "C ThreadSanitizer" 900 bash tests/c/tsan-tests.sh build-ci
-# The Fortran module as users build with it (meson install, then mpifort
-# $(pkg-config --cflags --libs libddstore); 1-4 ranks), and the in-situ
-# example: a Fortran simulation publishing timesteps (method 2) while a
-# Python job trains on them (examples/insitu).
-if command -v mpifort >/dev/null; then
-  run "Fortran module" 300 bash tests/fortran/run.sh
-  if python -c "import pyddstore, sys; sys.exit(0 if pyddstore.has_fabric() else 1)"; then
-    run "example insitu" 150 bash examples/insitu/run.sh
-  fi
-else
-  echo "=== no mpifort: Fortran module test and in-situ example skipped"
+if ! steps_out=$(python ci/manifest.py --section ci "${have[@]}"); then
+  echo "ci/test.sh: tests/manifest.toml could not be read (above)" >&2
+  exit 1
 fi
-# Debian's MPICH beside Open MPI: the C tests and the Python core (methods
-# 0 and 1) and torch suites with an mpi4py built against MPICH (cached).
-run "MPICH" 2400 bash ci/mpich.sh --python
-# Across simulated hosts (network namespaces, tests/cluster/; skipped loudly
-# where they cannot be made): Open MPI and MPICH x methods 0/1/2, method-2
-# readers on a host of their own, faults across hosts, the main job.
-run "cluster (simulated hosts)" 1500 bash ci/cluster.sh build-ci
-
-pytest_suite() { # pytest_suite <dir> <timeout> <ranks...> ; env from caller
-  local dir=$1 t=$2; shift 2
-  [ -d "$dir" ] || return 0
-  ls "$dir"/test_*.py >/dev/null 2>&1 || return 0
-  for n in "$@"; do
-    run "pytest $dir np=$n ${SUITE_ENV:-}" "$t" env ${SUITE_ENV:-} mpiexec -n "$n" python tests/python/run_pytest.py -q --color=no "$dir"
-  done
-}
-pytest_suite tests/python/core 300 1 2 3 4
-SUITE_ENV="DDSTORE_NODE_LOCAL=0" pytest_suite tests/python/core 300 2 4
-# The core suite over methods 1 and 2 (libfabric shm and tcp) runs in
-# tests/python/fabric/run.sh, below.
-pytest_suite tests/python/torch 600 1 2 4
-pytest_suite tests/python/sampler 600 1 2 4
-# Local Spark takes over a minute to start: its test runs at 2 ranks only.
-SUITE_ENV="PYDDSTORE_TEST_SPARK=0" pytest_suite tests/python/parquet 600 1 4
-pytest_suite tests/python/parquet 600 2
-for suite in tests/python/*/; do
-  case "$suite" in */core/|*/torch/|*/sampler/|*/parquet/) continue ;; esac
-  if [ -x "$suite/run.sh" ] || [ -f "$suite/run.sh" ]; then
-    run "suite $suite" 900 bash "$suite/run.sh"
-  else
-    pytest_suite "${suite%/}" 600 1 2 4
+mapfile -t steps <<<"$steps_out"
+for line in "${steps[@]}"; do
+  IFS=$'\t' read -r kind label t cmd <<<"$line"
+  [ -z "$only" ] || grep -qE -- "$only" <<<"$label" || continue
+  if [ "$kind" = skip ]; then
+    echo "=== $label: skipped ($t)"
+    continue
   fi
-done
-for step in ci/docs.sh ci/packaging.sh ci/abi-check.sh; do
-  if [ -f "$step" ]; then run "$step" 900 bash "$step"; fi
+  eval "argv=($cmd)"
+  run "$label" "$t" "${argv[@]}"
 done
 
 echo "=== summary ($SECONDS s in all)"

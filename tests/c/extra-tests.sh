@@ -6,17 +6,21 @@
 #      and 0, and with methods 1 and 2 (libfabric shm provider) when built in;
 #   2. test_leak: 1,000 create/add/get/free cycles, RSS, mappings and file
 #      descriptors flat (method 0; methods 1/2 with fewer cycles, see below);
-#   3. AddressSanitizer + UndefinedBehaviorSanitizer build (<builddir>-asan)
-#      running test_core, test_badinput and test_remote_write (LeakSanitizer on, suppressions
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer meson build
+#      (<builddir>-asan, -Db_sanitize=address,undefined) running test_core, test_badinput and test_remote_write (LeakSanitizer on, suppressions
 #      only for Open MPI's own MPI_Init/MPI_Finalize/progress-thread leaks) and
 #      a differential LeakSanitizer check of test_leak (bytes leaked after
 #      20 cycles == after 500 (method 0) or 80 (method 1): nothing leaks per cycle);
 #   4. valgrind memcheck of test_badinput (uninitialised reads, which ASan
 #      does not see);
 #   5. libFuzzer (clang) on the handshake-file parser and the name validator,
-#      for a bounded time (default 30 s and 10 s);
+#      for a bounded time (default 30 s and 10 s): meson build <builddir>-fuzz
+#      (CC=clang -Dfuzz=enabled, targets of tests/meson.build);
 #   6. MPICH: ci/mpich.sh (installs Debian's MPICH beside Open MPI, builds
 #      and runs test_core and test_badinput with it), unless DDS_SKIP_MPICH=1.
+# Every program is built by meson (tests/meson.build): test_badinput and
+# test_leak in <builddir> and <builddir>-asan, the harnesses in
+# <builddir>-fuzz; nothing is compiled by hand here.
 # Everything runs under `timeout`; any failure makes the script exit 1.
 # Scratch files go to <builddir>-extra (ignored by git).
 #
@@ -35,6 +39,7 @@ fi
 build="$(cd "$1" && pwd)"
 scratch="${build}-extra"
 asan="${build}-asan"
+fuzzb="${build}-fuzz"
 mkdir -p "$scratch"
 source ci/env.sh
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -80,18 +85,16 @@ if grep -q libfabric <<<"$(ldd "$libdir/libddstore.so")"; then has_fabric=1; fi
 hsdir="$(mktemp -d /tmp/ddstore-extra-hs.XXXXXX)" # mode 0700
 trap 'rm -rf "$hsdir"' EXIT
 
-CFLAGS_T=(-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -Ilibddstore/include)
 echo "=== extra tests against $build (libfabric: $has_fabric)"
-for t in badinput leak; do
-  step "build test_$t" 120 nice mpicc "${CFLAGS_T[@]}" "tests/c/test_$t.c" -o "$scratch/test_$t" \
-    -L"$libdir" -lddstore -Wl,-rpath,"$libdir"
-done
+# (already built when <builddir> is fully built, as ci/test.sh does)
+step "build test_badinput and test_leak (meson)" 300 nice ninja -C "$build" tests/test_badinput tests/test_leak
+bad="$build/tests/test_badinput" leak="$build/tests/test_leak"
 
 # ---- 1. bad input ------------------------------------------------------------
 for n in 1 2 4; do
   for nl in 1 0; do
     step "test_badinput np=$n node_local=$nl" 120 \
-      env DDSTORE_NODE_LOCAL=$nl DDSTORE_METHOD=0 mpiexec -n $n "$scratch/test_badinput"
+      env DDSTORE_NODE_LOCAL=$nl DDSTORE_METHOD=0 mpiexec -n $n "$bad"
   done
 done
 if [ $has_fabric = 1 ]; then
@@ -99,20 +102,20 @@ if [ $has_fabric = 1 ]; then
     for n in 1 2 4; do
       step "test_badinput method=$m fabric=shm np=$n" 120 \
         env DDSTORE_METHOD=$m DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir/bad-$m-$n" \
-        mpiexec -n $n "$scratch/test_badinput"
+        mpiexec -n $n "$bad"
     done
   done
 fi
 
 # Every case still marked KNOWN_BUG must still fail: a passing one fails here.
-step "test_badinput known-bug marks" 600 bash tests/c/known-bug-marks.sh "$scratch/test_badinput"
+step "test_badinput known-bug marks" 600 bash tests/c/known-bug-marks.sh "$bad"
 
 # ---- 2. leaks: RSS / mappings / descriptors ------------------------------------
 step "test_leak 1000 cycles np=2 node_local=1" 180 \
-  env DDSTORE_NODE_LOCAL=1 DDSTORE_METHOD=0 mpiexec -n 2 "$scratch/test_leak" 1000
+  env DDSTORE_NODE_LOCAL=1 DDSTORE_METHOD=0 mpiexec -n 2 "$leak" 1000
 step "test_leak 300 cycles np=2 node_local=0" 180 \
-  env DDSTORE_NODE_LOCAL=0 DDSTORE_METHOD=0 mpiexec -n 2 "$scratch/test_leak" 300
-step "test_leak 200 cycles np=4" 180 env DDSTORE_METHOD=0 mpiexec -n 4 "$scratch/test_leak" 200
+  env DDSTORE_NODE_LOCAL=0 DDSTORE_METHOD=0 mpiexec -n 2 "$leak" 300
+step "test_leak 200 cycles np=4" 180 env DDSTORE_METHOD=0 mpiexec -n 4 "$leak" 200
 if [ $has_fabric = 1 ]; then
   # A method-1/2 cycle costs ~0.2-0.4 s (endpoint set-up): 1,000 cycles only
   # in the long setting.
@@ -121,7 +124,7 @@ if [ $has_fabric = 1 ]; then
     [ $m = 2 ] && [ "$long" != 1 ] && cyc=30
     step "test_leak $cyc cycles method=$m fabric=shm np=2" 600 \
       env DDSTORE_METHOD=$m DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir/leak-$m" \
-      mpiexec -n 2 "$scratch/test_leak" $cyc
+      mpiexec -n 2 "$leak" $cyc
   done
 fi
 
@@ -144,28 +147,22 @@ fab_opt=()
 [ $has_fabric = 1 ] || fab_opt=(-Dlibddstore:libfabric=disabled)
 if [ ! -f "$asan/build.ninja" ]; then
   step "asan: meson setup" 120 nice meson setup "$asan" . -Db_sanitize=address,undefined \
-    -Db_lundef=false "${fab_opt[@]}"
+    -Db_lundef=false -Dc_args=-fno-omit-frame-pointer "${fab_opt[@]}"
 fi
 step "asan: build" 300 nice ninja -C "$asan" -j2
-alib="$asan/subprojects/libddstore"
-for t in badinput leak; do
-  step "asan: build test_$t" 120 nice mpicc "${CFLAGS_T[@]}" -fno-omit-frame-pointer \
-    -fsanitize=address,undefined "tests/c/test_$t.c" -o "$scratch/asan_test_$t" \
-    -L"$alib" -lddstore -Wl,-rpath,"$alib"
-done
 for run in 1:1 2:1 2:0 4:0; do
   n=${run%:*} nl=${run#*:}
   step "asan: test_core np=$n node_local=$nl" 180 \
     env "${asan_env[@]}" DDSTORE_NODE_LOCAL=$nl DDSTORE_METHOD=0 mpiexec -n $n "$asan/tests/test_core"
   step "asan: test_badinput np=$n node_local=$nl" 180 \
-    env "${asan_env[@]}" DDSTORE_NODE_LOCAL=$nl DDSTORE_METHOD=0 mpiexec -n $n "$scratch/asan_test_badinput"
+    env "${asan_env[@]}" DDSTORE_NODE_LOCAL=$nl DDSTORE_METHOD=0 mpiexec -n $n "$asan/tests/test_badinput"
 done
 if [ $has_fabric = 1 ]; then
   step "asan: test_badinput method=1 fabric=shm np=2" 180 \
-    env "${asan_env[@]}" DDSTORE_METHOD=1 DDSTORE_FABRIC=shm mpiexec -n 2 "$scratch/asan_test_badinput"
+    env "${asan_env[@]}" DDSTORE_METHOD=1 DDSTORE_FABRIC=shm mpiexec -n 2 "$asan/tests/test_badinput"
   step "asan: test_badinput method=2 fabric=shm np=2" 180 \
     env "${asan_env[@]}" DDSTORE_METHOD=2 DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir/asan-2" \
-    mpiexec -n 2 "$scratch/asan_test_badinput"
+    mpiexec -n 2 "$asan/tests/test_badinput"
   step "asan: test_remote_write shm np=2 (read-only shard pages, updates)" 180 \
     env "${asan_env[@]}" DDSTORE_FABRIC=shm mpiexec -n 2 "$asan/tests/test_remote_write" \
     "$asan/tests/remote_write_probe"
@@ -179,7 +176,7 @@ leak_bytes() { # leak_bytes <cycles> <method> -> total leaked bytes of all ranks
   env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
     DDS_LEAK_MAX_RSS_KIB=100000000 DDS_LEAK_MAX_MAPS=100000 DDSTORE_METHOD=$2 DDSTORE_FABRIC=shm \
     DDSTORE_HANDSHAKE_DIR="$hsdir/lsan-$2" \
-    timeout -k 10 300 mpiexec -n 2 "$scratch/asan_test_leak" "$1" > "$log" 2>&1
+    timeout -k 10 300 mpiexec -n 2 "$asan/tests/test_leak" "$1" > "$log" 2>&1
   if ! grep -q "test_leak: 2 ranks, $1 cycles" "$log"; then
     echo "leak run of $1 cycles (method $2) did not finish; see $log" >&2
     echo -1
@@ -194,7 +191,7 @@ lsan_diff() { # lsan_diff <method> <cycles>
   echo "LeakSanitizer, method $1: $a bytes leaked at exit after 20 cycles, $b after $2 cycles"
   [ "$a" -ge 0 ] && [ "$b" -ge 0 ] && [ "$a" -eq "$b" ]
 }
-export scratch hsdir
+export scratch hsdir asan
 export -f leak_bytes lsan_diff
 step "asan: LeakSanitizer differential, method 0, 20 vs 500 cycles" 400 bash -c 'lsan_diff 0 500'
 if [ $has_fabric = 1 ]; then
@@ -215,7 +212,7 @@ EOF
   vsupp=(--suppressions="$scratch/valgrind.supp")
   [ -f /usr/share/openmpi/openmpi-valgrind.supp ] && vsupp+=(--suppressions=/usr/share/openmpi/openmpi-valgrind.supp)
   step "valgrind memcheck: test_badinput np=2" 300 \
-    env DDSTORE_METHOD=0 mpiexec -n 2 valgrind -q --error-exitcode=99 "${vsupp[@]}" "$scratch/test_badinput"
+    env DDSTORE_METHOD=0 mpiexec -n 2 valgrind -q --error-exitcode=99 "${vsupp[@]}" "$bad"
 fi
 
 # ---- 5. fuzzing --------------------------------------------------------------------------
@@ -229,35 +226,24 @@ if [ -z "$clang_bin" ]; then
 else
   fz="$scratch/fuzz"
   mkdir -p "$fz/artifacts"
-  echo '#define DDS_VERSION_STRING "fuzz"' > "$fz/version.h"
-  src=libddstore/src
-  read -r -a mpi_c <<< "$(mpicc --showme:compile)"
-  read -r -a mpi_l <<< "$(mpicc --showme:link)"
-  fcflags=(-g -O1 -std=c11 -D_GNU_SOURCE -I"$src" -Ilibddstore/include -I"$fz" "${mpi_c[@]}")
-  fsan=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
-  step "fuzz: build fuzz_handshake" 300 nice "$clang_bin" "${fcflags[@]}" "${fsan[@]}" \
-    fuzz/fuzz_handshake.c "$src/handshake.c" "$src/error.c" -o "$fz/fuzz_handshake" "${mpi_l[@]}"
-  # dds_check_name lives in store.c, which needs the rest of the library
-  # (without libfabric: nofabric.c stands in for fabric*.c; no MPI call runs).
-  core_src=()
-  for f in "$src"/*.c; do
-    case "$f" in */fabric.c | */fabric_*.c) ;; *) core_src+=("$f") ;; esac
-  done
-  step "fuzz: build fuzz_name" 300 nice "$clang_bin" "${fcflags[@]}" "${fsan[@]}" \
-    fuzz/fuzz_name.c "${core_src[@]}" -o "$fz/fuzz_name" "${mpi_l[@]}" -lpthread
-  step "fuzz: build gen_corpus" 300 nice "$clang_bin" "${fcflags[@]}" -fsanitize=address,undefined \
-    fuzz/gen_corpus.c "$src/handshake.c" "$src/error.c" -o "$fz/gen_corpus" "${mpi_l[@]}"
-  if [ -x "$fz/fuzz_handshake" ]; then
+  if [ ! -f "$fuzzb/build.ninja" ]; then
+    step "fuzz: meson setup (CC=$clang_bin -Dfuzz=enabled)" 120 env CC="$clang_bin" nice meson setup "$fuzzb" . \
+      -Dfuzz=enabled -Dlibddstore:fortran=disabled
+  fi
+  step "fuzz: build fuzz_handshake, fuzz_name, gen_corpus" 300 nice ninja -C "$fuzzb" -j2 \
+    tests/fuzz_handshake tests/fuzz_name tests/gen_corpus
+  fbin="$fuzzb/tests"
+  if [ -x "$fbin/fuzz_handshake" ] && [ -x "$fbin/fuzz_name" ] && [ -x "$fbin/gen_corpus" ]; then
     # Work on copies: the committed seeds plus seeds freshly encoded by the
     # library (they follow format changes); the repository corpus never grows.
     rm -rf "$fz/seeds" "$fz/work-hs" "$fz/work-name"
     mkdir -p "$fz/work-hs" "$fz/work-name"
-    "$fz/gen_corpus" "$fz/seeds" >/dev/null
+    "$fbin/gen_corpus" "$fz/seeds" >/dev/null
     cp fuzz/corpus/handshake/* "$fz/seeds/handshake/"* "$fz/work-hs/" 2>/dev/null
     cp fuzz/corpus/name/* "$fz/seeds/name/"* "$fz/work-name/" 2>/dev/null
     fuzz_run() { # fuzz_run <harness> <seconds> <corpus>
       local log="$scratch/fuzz-$1.log"
-      nice "$fz/$1" -max_total_time="$2" -print_final_stats=1 -artifact_prefix="$fz/artifacts/$1-" \
+      nice "$fbin/$1" -max_total_time="$2" -print_final_stats=1 -artifact_prefix="$fz/artifacts/$1-" \
         "$3" > "$log" 2>&1
       local rc=$?
       local execs
@@ -266,7 +252,7 @@ else
       [ $rc -ne 0 ] && grep -E "invariant|ERROR|SUMMARY" "$log" | head -5
       return $rc
     }
-    export fz scratch
+    export fz fbin scratch
     export -f fuzz_run
     step "fuzz: handshake parser ${fuzz_hs} s" $((fuzz_hs + 60)) \
       bash -c 'fuzz_run fuzz_handshake "$0" "$fz/work-hs"' "$fuzz_hs"

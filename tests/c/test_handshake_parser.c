@@ -1,4 +1,5 @@
-/* Fuzz harness of the method-2 handshake parser (dds_hs_parse, handshake.c).
+/* Test of the method-2 handshake parser (dds_hs_parse, handshake.c) under a
+ * fixed mutation stream; also a fuzz harness.
  *
  * Built with -DDDS_LIBFUZZER (clang -fsanitize=fuzzer,address) it is a
  * libFuzzer target. Built plainly (best with -fsanitize=address,undefined)
@@ -10,7 +11,7 @@
  * must either parse or be rejected with DDS_EPROTO; nothing else is allowed.
  *
  * It links handshake.c and error.c directly (the parser is not exported).
- * Usage: fuzz_handshake [iterations]   (default 200000) */
+ * Usage: test_handshake_parser [iterations]   (default 200000) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +87,7 @@ static void repair(uint8_t *p, size_t len)
 
 #define FAIL(...)                            \
     do {                                     \
-        fprintf(stderr, "fuzz_handshake: "); \
+        fprintf(stderr, "test_handshake_parser: "); \
         fprintf(stderr, __VA_ARGS__);        \
         fprintf(stderr, "\n");               \
         return 1;                            \
@@ -201,7 +202,7 @@ int main(int argc, char **argv)
     free(buf);
     free(sb);
     free(vb);
-    printf("fuzz_handshake: %ld inputs, %ld parsed, %ld rejected with DDS_EPROTO\n", iters, parsed, rejected);
+    printf("test_handshake_parser: %ld inputs, %ld parsed, %ld rejected with DDS_EPROTO\n", iters, parsed, rejected);
     return 0;
 }
 #endif
