@@ -16,7 +16,8 @@
  * format is canonical, so anything else means a field was misread).
  * Any violation aborts, which libFuzzer reports as a crash.
  *
- * Build (see tests/c/extra-tests.sh): clang -fsanitize=fuzzer,address,undefined
+ * Build: meson, CC=clang -Dfuzz=enabled (tests/meson.build; tests/c/reliability.sh
+ * does): -fsanitize=fuzzer,address,undefined
  * with handshake.c and error.c of libddstore. Seed corpus: fuzz/corpus/handshake
  * (real publications written by fuzz/gen_corpus.c through the encoder). */
 #include <stdint.h>

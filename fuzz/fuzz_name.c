@@ -9,7 +9,8 @@
  * string (the API's type), so bytes after a NUL are ignored by both.
  * A disagreement or a non-empty/empty message mismatch aborts.
  *
- * Build (see tests/c/extra-tests.sh): clang -fsanitize=fuzzer,address,undefined
+ * Build: meson, CC=clang -Dfuzz=enabled (tests/meson.build; tests/c/reliability.sh
+ * does): -fsanitize=fuzzer,address,undefined
  * with libddstore's sources (no MPI call is ever made). Seed corpus:
  * fuzz/corpus/name. */
 #include <stdint.h>

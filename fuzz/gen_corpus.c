@@ -4,7 +4,7 @@
  * variable names for fuzz_name.
  *
  * Usage: gen_corpus <corpus-dir>   (writes the handshake and name sub-directories)
- * Rerun it when the handshake format changes (tests/c/extra-tests.sh does,
+ * Rerun it when the handshake format changes (tests/c/reliability.sh does,
  * into a scratch copy, before fuzzing). */
 #include <errno.h>
 #include <stdio.h>

@@ -29,7 +29,7 @@
  *                                  (exit 3): its mark is stale and must go.
  *   DDS_BADINPUT_LIST_KNOWN_BUGS=1 print the marked cases' names, one a line,
  *                                  and exit (no MPI traffic besides init).
- * tests/c/extra-tests.sh runs every marked case alone with the mark lifted
+ * tests/c/reliability.sh runs every marked case alone with the mark lifted
  * and fails CI when one passes, so a fixed bug cannot stay skipped.
  */
 #include <limits.h>

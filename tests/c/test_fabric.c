@@ -218,7 +218,7 @@ static void *thread_main(void *p)
 }
 
 /* Reader threads at once: DDS_TEST_THREADS (1..16, default 4; the
- * ThreadSanitizer run of tests/c/extra-tests.sh uses 8). */
+ * ThreadSanitizer run of tests/c/tsan-tests.sh uses 8). */
 static void thread_suite(dds_store *s, const var_desc *d)
 {
     enum { MAX_THREADS = 16 };

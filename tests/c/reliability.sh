@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reliability tests of libddstore beyond test_core (called by ci/test.sh as
-# `bash tests/c/extra-tests.sh <builddir>`; also runnable by hand):
+# `bash tests/c/reliability.sh <builddir>`; also runnable by hand):
 #   1. test_badinput (table-driven bad input, >= 40 cases) against the
 #      library in <builddir>, under mpiexec -n 1,2,4 with DDSTORE_NODE_LOCAL=1
 #      and 0, and with methods 1 and 2 (libfabric shm provider) when built in;
@@ -22,7 +22,7 @@
 # test_leak in <builddir> and <builddir>-asan, the harnesses in
 # <builddir>-fuzz; nothing is compiled by hand here.
 # Everything runs under `timeout`; any failure makes the script exit 1.
-# Scratch files go to <builddir>-extra (ignored by git).
+# Scratch files go to <builddir>-reliability (ignored by git).
 #
 # Knobs: FUZZ_SECONDS=<n> (handshake fuzzing time), DDS_EXTRA_LONG=1 (the
 # manual long setting: 1,000 leak cycles for methods 1/2 too, 10 minutes of
@@ -33,11 +33,11 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 if [ $# -ne 1 ] || [ ! -d "$1" ]; then
-  echo "usage: bash tests/c/extra-tests.sh <meson builddir with libddstore built>" >&2
+  echo "usage: bash tests/c/reliability.sh <meson builddir with libddstore built>" >&2
   exit 2
 fi
 build="$(cd "$1" && pwd)"
-scratch="${build}-extra"
+scratch="${build}-reliability"
 asan="${build}-asan"
 fuzzb="${build}-fuzz"
 mkdir -p "$scratch"
@@ -77,15 +77,15 @@ step() { # step <label> <timeout-seconds> <command...>
 
 libdir="$build/subprojects/libddstore"
 if [ ! -e "$libdir/libddstore.so" ]; then
-  echo "extra-tests: no libddstore.so in $libdir (build $build first)" >&2
+  echo "reliability.sh: no libddstore.so in $libdir (build $build first)" >&2
   exit 2
 fi
 has_fabric=0
 if grep -q libfabric <<<"$(ldd "$libdir/libddstore.so")"; then has_fabric=1; fi
-hsdir="$(mktemp -d /tmp/ddstore-extra-hs.XXXXXX)" # mode 0700
+hsdir="$(mktemp -d /tmp/ddstore-reliability-hs.XXXXXX)" # mode 0700
 trap 'rm -rf "$hsdir"' EXIT
 
-echo "=== extra tests against $build (libfabric: $has_fabric)"
+echo "=== C reliability tests against $build (libfabric: $has_fabric)"
 # (already built when <builddir> is fully built, as ci/test.sh does)
 step "build test_badinput and test_leak (meson)" 300 nice ninja -C "$build" tests/test_badinput tests/test_leak
 bad="$build/tests/test_badinput" leak="$build/tests/test_leak"
@@ -266,10 +266,10 @@ if [ "${DDS_SKIP_MPICH:-0}" != 1 ]; then
   step "MPICH (ci/mpich.sh)" 600 bash ci/mpich.sh
 fi
 
-echo "=== extra tests: $((SECONDS - t_start)) s, $failures failure(s), ${#skipped_steps[@]} step(s) skipped for time"
+echo "=== C reliability tests: $((SECONDS - t_start)) s, $failures failure(s), ${#skipped_steps[@]} step(s) skipped for time"
 [ ${#skipped_steps[@]} -eq 0 ] || printf '  skipped for time: %s\n' "${skipped_steps[@]}"
 if [ "$failures" -ne 0 ]; then
   printf '  failed: %s\n' "${failed_steps[@]}"
   exit 1
 fi
-echo "extra tests passed"
+echo "C reliability tests passed"
