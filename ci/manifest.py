@@ -7,6 +7,8 @@ of one section, one a line, for ci/test.sh and ci/mpich.sh to run:
 
     python3 ci/manifest.py [--section ci|mpich] [--have fabric] [--have mpifort]
         [--mpiexec LAUNCHER] [--python PYTHON] [--env NAME=value]... [--list]
+    python3 ci/manifest.py --build NAME     the `meson setup` options of build
+                                            NAME ([builds]), one a line
 
 --have names what the runner has (a step's `needs` must all be had, else it
 is printed as skipped); --mpiexec/--python/--env make the commands of pytest
@@ -95,10 +97,18 @@ def main():
     ap.add_argument("--python", default="python")
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--build")
     args = ap.parse_args()
     try:
         with open(MANIFEST, "rb") as f:
             manifest = tomllib.load(f)
+        if args.build:
+            build = manifest.get("builds", {}).get(args.build)
+            if not isinstance(build, dict) or not isinstance(build.get("options"), list):
+                raise ManifestError(f"no build {args.build} (with options = [...]) in [builds]")
+            for opt in build["options"]:
+                print(opt)
+            return 0
         steps = manifest.get(args.section)
         if not isinstance(steps, list) or not steps:
             raise ManifestError(f"no steps in section {args.section}")

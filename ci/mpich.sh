@@ -77,11 +77,14 @@ echo "mpich: default mpiexec is still $(mpiexec --version 2>&1 | head -1)"
 
 # ---- build libddstore + C tests against MPICH --------------------------------------
 # A meson build of the whole tree with the `mpich` pkg-config dependency
-# (-Dlibddstore:mpi=mpich): the library and every C test program of
-# tests/meson.build (test_core, test_badinput, ...) link MPICH.
+# (-Dlibddstore:mpi=mpich: tests/manifest.toml's [builds] mpich): the library
+# and every C test program of tests/meson.build (test_core, test_badinput, ...)
+# link MPICH.
 build=build-mpich
 if [ ! -f "$build/build.ninja" ]; then
-  nice meson setup "$build" . -Dlibddstore:mpi=mpich >/dev/null
+  opts=$(python3 ci/manifest.py --build mpich) && mapfile -t mpich_opts <<<"$opts" \
+    || { echo "mpich: no mpich build options in tests/manifest.toml" >&2; exit 1; }
+  nice meson setup "$build" . "${mpich_opts[@]}" >/dev/null
 fi
 nice ninja -C "$build" -j2 >/dev/null
 # (grep -q on a pipe would SIGPIPE ldd and fail the pipeline under pipefail)

@@ -52,7 +52,9 @@ run() { # run <label> <timeout-seconds> <command...>
 
 echo "=== building libddstore and the C tests"
 rm -rf build-ci
-meson setup build-ci . >/dev/null
+opts=$(python ci/manifest.py --build ci) || exit 1  # tests/manifest.toml's [builds] ci
+ci_opts=(); [ -z "$opts" ] || mapfile -t ci_opts <<<"$opts"
+meson setup build-ci . "${ci_opts[@]}" >/dev/null
 ninja -C build-ci >/dev/null
 
 # The steps: tests/manifest.toml's `ci` section, in order (ci/manifest.py

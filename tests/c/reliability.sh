@@ -7,7 +7,8 @@
 #   2. test_leak: 1,000 create/add/get/free cycles, RSS, mappings and file
 #      descriptors flat (method 0; methods 1/2 with fewer cycles, see below);
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer meson build
-#      (<builddir>-asan, -Db_sanitize=address,undefined) running test_core, test_badinput and test_remote_write (LeakSanitizer on, suppressions
+#      (<builddir>-asan, -Db_sanitize=address,undefined: the options are
+#      tests/manifest.toml's [builds] asan) running test_core, test_badinput and test_remote_write (LeakSanitizer on, suppressions
 #      only for Open MPI's own MPI_Init/MPI_Finalize/progress-thread leaks) and
 #      a differential LeakSanitizer check of test_leak (bytes leaked after
 #      20 cycles == after 500 (method 0) or 80 (method 1): nothing leaks per cycle);
@@ -15,7 +16,7 @@
 #      does not see);
 #   5. libFuzzer (clang) on the handshake-file parser and the name validator,
 #      for a bounded time (default 30 s and 10 s): meson build <builddir>-fuzz
-#      (CC=clang -Dfuzz=enabled, targets of tests/meson.build);
+#      (CC=clang -Dfuzz=enabled: [builds] fuzz; targets of tests/meson.build);
 #   6. MPICH: ci/mpich.sh (installs Debian's MPICH beside Open MPI, builds
 #      and runs test_core and test_badinput with it), unless DDS_SKIP_MPICH=1.
 # Every program is built by meson (tests/meson.build): test_badinput and
@@ -40,6 +41,10 @@ build="$(cd "$1" && pwd)"
 scratch="${build}-reliability"
 asan="${build}-asan"
 fuzzb="${build}-fuzz"
+# Their meson options: tests/manifest.toml's [builds].
+opts=$(python3 ci/manifest.py --build asan) && mapfile -t asan_opts <<<"$opts" \
+  && opts=$(python3 ci/manifest.py --build fuzz) && mapfile -t fuzz_opts <<<"$opts" \
+  || { echo "reliability.sh: no asan/fuzz build options in tests/manifest.toml" >&2; exit 2; }
 mkdir -p "$scratch"
 source ci/env.sh
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -146,8 +151,7 @@ asan_env=(ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=0
 fab_opt=()
 [ $has_fabric = 1 ] || fab_opt=(-Dlibddstore:libfabric=disabled)
 if [ ! -f "$asan/build.ninja" ]; then
-  step "asan: meson setup" 120 nice meson setup "$asan" . -Db_sanitize=address,undefined \
-    -Db_lundef=false -Dc_args=-fno-omit-frame-pointer "${fab_opt[@]}"
+  step "asan: meson setup" 120 nice meson setup "$asan" . "${asan_opts[@]}" "${fab_opt[@]}"
 fi
 step "asan: build" 300 nice ninja -C "$asan" -j2
 for run in 1:1 2:1 2:0 4:0; do
@@ -227,8 +231,8 @@ else
   fz="$scratch/fuzz"
   mkdir -p "$fz/artifacts"
   if [ ! -f "$fuzzb/build.ninja" ]; then
-    step "fuzz: meson setup (CC=$clang_bin -Dfuzz=enabled)" 120 env CC="$clang_bin" nice meson setup "$fuzzb" . \
-      -Dfuzz=enabled -Dlibddstore:fortran=disabled
+    step "fuzz: meson setup (CC=$clang_bin ${fuzz_opts[*]})" 120 env CC="$clang_bin" nice meson setup "$fuzzb" . \
+      "${fuzz_opts[@]}"
   fi
   step "fuzz: build fuzz_handshake, fuzz_name, gen_corpus" 300 nice ninja -C "$fuzzb" -j2 \
     tests/fuzz_handshake tests/fuzz_name tests/gen_corpus

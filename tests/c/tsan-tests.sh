@@ -2,7 +2,7 @@
 # ThreadSanitizer run of libddstore's concurrent paths (called by
 # ci/test.sh as `bash tests/c/tsan-tests.sh <builddir>`; also by hand).
 # Builds the library and the C tests with -fsanitize=thread in
-# <builddir>-tsan, then runs under mpiexec -n 2, every read of another rank
+# <builddir>-tsan (meson, -Db_sanitize=thread), then runs under mpiexec -n 2, every read of another rank
 # through libfabric (DDSTORE_NODE_LOCAL=0):
 #   - test_fabric with 8 reader threads (DDS_TEST_THREADS=8) for methods 1
 #     and 2 on the shm and tcp providers: concurrent get/get_batch sharing
@@ -41,8 +41,10 @@ step() { # step <label> <timeout-seconds> <command...>
   echo "    ($((SECONDS - t0)) s)"
 }
 if [ ! -f "$tsan/build.ninja" ]; then
-  step "tsan: meson setup" 120 nice meson setup "$tsan" . -Db_sanitize=thread -Db_lundef=false \
-    -Dlibddstore:libfabric=enabled
+  # -Db_sanitize=thread -Db_lundef=false -Dlibddstore:libfabric=enabled (tests/manifest.toml's [builds] tsan)
+  opts=$(python3 ci/manifest.py --build tsan) && mapfile -t tsan_opts <<<"$opts" \
+    || { echo "tsan-tests: no tsan build options in tests/manifest.toml" >&2; exit 2; }
+  step "tsan: meson setup" 120 nice meson setup "$tsan" . "${tsan_opts[@]}"
 fi
 step "tsan: build" 400 nice ninja -C "$tsan"
 [ $failures -eq 0 ] || exit 1
