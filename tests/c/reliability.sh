@@ -7,9 +7,9 @@
 #   2. test_leak: 1,000 create/add/get/free cycles, RSS, mappings and file
 #      descriptors flat (method 0; methods 1/2 with fewer cycles, see below);
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer meson build
-#      (<builddir>-asan, -Db_sanitize=address,undefined: the options are
-#      tests/manifest.toml's [builds] asan) running test_core, test_badinput and test_remote_write (LeakSanitizer on, suppressions
-#      only for Open MPI's own MPI_Init/MPI_Finalize/progress-thread leaks) and
+#      (<builddir>-asan, -Db_sanitize=address,undefined: tests/manifest.toml's
+#      [builds] asan) running test_core, test_badinput and test_remote_write
+#      (LeakSanitizer on, suppressions only for Open MPI's own MPI_Init/MPI_Finalize/progress-thread leaks) and
 #      a differential LeakSanitizer check of test_leak (bytes leaked after
 #      20 cycles == after 500 (method 0) or 80 (method 1): nothing leaks per cycle);
 #   4. valgrind memcheck of test_badinput (uninitialised reads, which ASan
