@@ -134,7 +134,12 @@ class PyDDStore:
     reader), ``group_comm`` (mpi4py communicator of this rank's group),
     ``rank``/``size`` (in comm), ``group_rank``/``group_size``/``group_index``
     (the group; for a reader, group_size is the number of core ranks),
-    ``method``, ``width`` (ranks per group), ``is_reader``, ``freed``.
+    ``method``, ``width`` (ranks per group), ``is_reader``, ``freed``,
+    ``node_local`` (every rank of the group on one node, reads are memory
+    copies), ``reads_collective`` (True where :meth:`get_batch`,
+    :meth:`get_ranges` and :meth:`fail_read` are group-collective, as
+    libddstore decides: method 0 over a group of several ranks not all in one
+    node's shared memory; False otherwise and for a reader).
 
     Compatible with code written for the original DDStore: ``PyDDStore(comm)``,
     ``add/init/update/get/epoch_begin/epoch_end/free`` with the same
@@ -282,8 +287,8 @@ class PyDDStore:
         self.is_reader = bool(info.is_reader)
         self.node_local = bool(info.node_local)
         self.width = info.group_size
-        # Method-0 batched reads are group-collective (see dds_get_batch).
-        self._collective_reads = self.method == 0 and not self.is_reader
+        # libddstore's own rule (dds_get_batch), not derived again here.
+        self.reads_collective = bool(info.reads_collective)
 
     # -- helpers
 
@@ -554,7 +559,7 @@ class PyDDStore:
         else:
             text = str(error)
         h = self._h
-        if self._collective_reads and h is not None and h.live:
+        if self.reads_collective and h is not None and h.live:
             with h as ptr:
                 _c.dds_read_fail(ptr, code, text.encode("utf-8", "replace")[:1000])
         raise error
