@@ -725,7 +725,7 @@ class DistDataset(_GraphDataset):
         try:
             t0 = time.perf_counter()
             self._load(store, comm, source, chunk_size, what, progress)
-            self._collective = store.method == 0
+            self._collective = loader_protocol.reads_in_order(store)
             if self._collective:
                 self._ctl_comm = store.group_comm.Dup()
             if logger.isEnabledFor(logging.DEBUG):
