@@ -188,7 +188,7 @@ class PyDDStore:
             raise DDStoreTypeError(
                 f"comm must be an mpi4py intra-communicator (e.g. MPI.COMM_WORLD or one from "
                 f"comm.Split), got {comm!r}", DDS_EINVAL)
-        rank, size = comm.Get_rank(), comm.Get_size()
+        size = comm.Get_size()
         ctl = comm.Dup()  # private channel for argument agreement
         err = None
         try:
@@ -217,7 +217,6 @@ class PyDDStore:
         except BaseException:
             ctl.Free()
             raise
-        group_comm = comm.Split(rank // w, rank)
         opts = _lib.Options()
         _c.dds_options_init(ctypes.byref(opts))
         opts.method = m
@@ -233,14 +232,16 @@ class PyDDStore:
         rc = _c.dds_create(ctypes.byref(ptr), comm.py2f(), ctypes.byref(opts))
         if rc:
             msg = _lib.last_error(rc)
-            group_comm.Free()
             ctl.Free()
             raise make_error(rc, msg)
-        self._h = _Handle(ptr.value, True, (group_comm, ctl))
+        self._h = _Handle(ptr.value, True, (ctl,))
         self._ctl = ctl
         self.comm = comm
-        self.group_comm = group_comm
         self._load_info()
+        # The group libddstore formed, as dds_store_info reports it (not its rule
+        # derived again here); freed with the store.
+        self.group_comm = comm.Split(self.group_index, self.group_rank)
+        self._h.comms.append(self.group_comm)
 
     def _init_reader(self, handshake_dir, n_core, timeout, width, fabric):
         if width is not None:
