@@ -420,6 +420,11 @@ class PyDDStore:
             agreed = (name, tuple(a.shape[1:]), a.dtype.str)
         except DDStoreError as e:
             err = e
+        # dds_add agrees again (name, row bytes, dtype tag), but this agreement is not
+        # redundant: the errors found above (not an array, unsupported dtype, bad
+        # dtype=) never reach C, and only here does a rank without one learn of
+        # another's ("rank k: ..." with its class), instead of waiting in dds_add; C
+        # compares row bytes, not the trailing shape ((2, 3) vs (3, 2) rows).
         self._agree(self._ctl, err, agreed)
         nrows = a.shape[0]
         with self._h as ptr:
