@@ -85,6 +85,7 @@ module ddstore
     integer(c_int32_t) :: n_groups = 0
     integer(c_int32_t) :: is_reader = 0
     integer(c_int32_t) :: node_local = 0
+    integer(c_int32_t) :: reads_collective = 0
   end type dds_store_info
 
   type, bind(C) :: dds_var_info

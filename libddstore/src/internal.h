@@ -115,6 +115,10 @@ DDS_HIDDEN int dds_check_name(const char *name);
 /* Owner of a global row: group rank r with offsets[r] <= row < offsets[r+1]. */
 DDS_HIDDEN int dds_owner_of(const dds_var *v, int group_size, int64_t row);
 
+/* Whether batched reads (dds_get_batch, dds_get_ranges, dds_read_fail) of
+ * `s` are group-collective (read.c). */
+DDS_HIDDEN bool dds_reads_collective(const dds_store *s);
+
 /* Agree on the outcome of a collective step over `comm`: returns the lowest
  * failing rank's code on every rank, with its message ("rank k: ..."). */
 DDS_HIDDEN int dds_agree(MPI_Comm comm, int rc);

@@ -145,8 +145,9 @@ static int execute(dds_store *s, dds_var *v, op_list *l, bool bounded)
 
 /* Whether method-0 batched reads are group-collective: not where the whole
  * group shares memory (every read is then a memcpy), not in a group of one,
- * and not for readers. */
-static bool reads_collective(const dds_store *s)
+ * and not for readers. The one copy of the rule: dds_store_info_get()
+ * reports it too (internal.h). */
+bool dds_reads_collective(const dds_store *s)
 {
     return s->method == 0 && !s->is_reader && s->group_size > 1 &&
            !(s->node_local && s->shm_enabled);
@@ -159,7 +160,7 @@ static bool reads_collective(const dds_store *s)
  * unequal numbers of reads into an error instead of a hang. */
 static int finish_collective(dds_store *s, int rc)
 {
-    if (!reads_collective(s))
+    if (!dds_reads_collective(s))
         return rc;
     return dds_step(s, DDS_COLL_READ, rc, NULL);
 }
@@ -223,7 +224,7 @@ DDS_API int dds_get(dds_store *s, const char *name, void *out, int64_t start, in
 static int batched_read_finish(dds_store *s, dds_var *v, op_list *l, bool live, int rc, uint64_t t0)
 {
     if (rc == DDS_OK && l->n)
-        rc = execute(s, v, l, reads_collective(s));
+        rc = execute(s, v, l, dds_reads_collective(s));
     free(l->ops);
     if (!live)
         return rc;
@@ -313,7 +314,7 @@ DDS_API int dds_read_fail(dds_store *s, int code, const char *message)
     if (code >= 0)
         code = DDS_EINVAL;
     rc = dds_err(code, "%s", message ? message : dds_strerror(code));
-    if (!reads_collective(s))
+    if (!dds_reads_collective(s))
         return rc;
     uint64_t t0 = dds_now_ns();
     rc = finish_collective(s, rc);

@@ -594,6 +594,7 @@ DDS_API int dds_store_info_get(const dds_store *s, dds_store_info *info)
         r.group_index = s->group_index;
         r.n_groups = s->size / s->width;
         r.node_local = s->node_local && s->shm_enabled;
+        r.reads_collective = dds_reads_collective(s);
     }
     memcpy(info, &r, info->size < sizeof r ? info->size : sizeof r);
     return DDS_OK;

@@ -62,6 +62,7 @@ class StoreInfo(ctypes.Structure):
         ("n_groups", ctypes.c_int32),
         ("is_reader", ctypes.c_int32),
         ("node_local", ctypes.c_int32),
+        ("reads_collective", ctypes.c_int32),
     ]
 
 

@@ -134,7 +134,12 @@ class PyDDStore:
     reader), ``group_comm`` (mpi4py communicator of this rank's group),
     ``rank``/``size`` (in comm), ``group_rank``/``group_size``/``group_index``
     (the group; for a reader, group_size is the number of core ranks),
-    ``method``, ``width`` (ranks per group), ``is_reader``, ``freed``.
+    ``method``, ``width`` (ranks per group), ``is_reader``, ``freed``,
+    ``node_local`` (every rank of the group on one node, reads are memory
+    copies), ``reads_collective`` (True where :meth:`get_batch`,
+    :meth:`get_ranges` and :meth:`fail_read` are group-collective, as
+    libddstore decides: method 0 over a group of several ranks not all in one
+    node's shared memory; False otherwise and for a reader).
 
     Compatible with code written for the original DDStore: ``PyDDStore(comm)``,
     ``add/init/update/get/epoch_begin/epoch_end/free`` with the same
@@ -183,7 +188,7 @@ class PyDDStore:
             raise DDStoreTypeError(
                 f"comm must be an mpi4py intra-communicator (e.g. MPI.COMM_WORLD or one from "
                 f"comm.Split), got {comm!r}", DDS_EINVAL)
-        rank, size = comm.Get_rank(), comm.Get_size()
+        size = comm.Get_size()
         ctl = comm.Dup()  # private channel for argument agreement
         err = None
         try:
@@ -212,7 +217,6 @@ class PyDDStore:
         except BaseException:
             ctl.Free()
             raise
-        group_comm = comm.Split(rank // w, rank)
         opts = _lib.Options()
         _c.dds_options_init(ctypes.byref(opts))
         opts.method = m
@@ -228,14 +232,16 @@ class PyDDStore:
         rc = _c.dds_create(ctypes.byref(ptr), comm.py2f(), ctypes.byref(opts))
         if rc:
             msg = _lib.last_error(rc)
-            group_comm.Free()
             ctl.Free()
             raise make_error(rc, msg)
-        self._h = _Handle(ptr.value, True, (group_comm, ctl))
+        self._h = _Handle(ptr.value, True, (ctl,))
         self._ctl = ctl
         self.comm = comm
-        self.group_comm = group_comm
         self._load_info()
+        # The group libddstore formed, as dds_store_info reports it (not its rule
+        # derived again here); freed with the store.
+        self.group_comm = comm.Split(self.group_index, self.group_rank)
+        self._h.comms.append(self.group_comm)
 
     def _init_reader(self, handshake_dir, n_core, timeout, width, fabric):
         if width is not None:
@@ -282,8 +288,8 @@ class PyDDStore:
         self.is_reader = bool(info.is_reader)
         self.node_local = bool(info.node_local)
         self.width = info.group_size
-        # Method-0 batched reads are group-collective (see dds_get_batch).
-        self._collective_reads = self.method == 0 and not self.is_reader
+        # libddstore's own rule (dds_get_batch), not derived again here.
+        self.reads_collective = bool(info.reads_collective)
 
     # -- helpers
 
@@ -414,6 +420,11 @@ class PyDDStore:
             agreed = (name, tuple(a.shape[1:]), a.dtype.str)
         except DDStoreError as e:
             err = e
+        # dds_add agrees again (name, row bytes, dtype tag), but this agreement is not
+        # redundant: the errors found above (not an array, unsupported dtype, bad
+        # dtype=) never reach C, and only here does a rank without one learn of
+        # another's ("rank k: ..." with its class), instead of waiting in dds_add; C
+        # compares row bytes, not the trailing shape ((2, 3) vs (3, 2) rows).
         self._agree(self._ctl, err, agreed)
         nrows = a.shape[0]
         with self._h as ptr:
@@ -554,7 +565,7 @@ class PyDDStore:
         else:
             text = str(error)
         h = self._h
-        if self._collective_reads and h is not None and h.live:
+        if self.reads_collective and h is not None and h.live:
             with h as ptr:
                 _c.dds_read_fail(ptr, code, text.encode("utf-8", "replace")[:1000])
         raise error

@@ -49,6 +49,9 @@ static void data_suite(int width)
     OK(dds_store_info_get(s, &si));
     CHECK(si.group_size == (width ? width : size), "group size %d", si.group_size);
     CHECK(si.group_rank == (width ? rank % width : rank), "group rank");
+    CHECK(si.reads_collective == (si.method == 0 && si.group_size > 1 && !si.node_local),
+          "reads_collective %d (method %d, group of %d, node_local %d)", si.reads_collective,
+          si.method, si.group_size, si.node_local);
 
     int64_t first = 0;
     for (int g = 0; g < si.group_rank; g++)

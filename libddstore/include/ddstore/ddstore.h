@@ -151,6 +151,9 @@ typedef struct dds_store_info {
     int32_t n_groups;     /* comm_size / width; 0 for a reader */
     int32_t is_reader;    /* 1 for a store from dds_join() */
     int32_t node_local;   /* 1 when every rank of the group shares one node (reads are memory copies) */
+    int32_t reads_collective; /* 1 when dds_get_batch/dds_get_ranges/dds_read_fail are
+                                 group-collective (method 0, group of several ranks not all
+                                 in one node's shared memory); 0 otherwise and for a reader */
 } dds_store_info;
 
 /* Variable description, filled by dds_query(). */

@@ -25,7 +25,8 @@ attribute:
    ``torch.utils.data.Subset``) or :func:`own_ordered_reads` (the object
    itself only). Returns the dataset whose batched reads are collective
    (method 0), or None. Every rank must make those reads in the same order,
-   so the loader makes them in one reader thread, in batch order.
+   so the loader makes them in one reader thread, in batch order. A dataset
+   decides with :func:`reads_in_order` from its store.
 
 3. The ownership handshake of the ordered reads -- the dataset holds one
    owner slot, set up by :func:`init_ordered_owner` when the dataset is made.
@@ -124,6 +125,23 @@ def collated_columns(data, copy):
 
 
 # ---- 2. collective reads, made in order by one thread ------------------------
+
+def reads_in_order(store):
+    """Whether ThreadDataLoader makes the batched reads of `store` (a PyDDStore)
+    in one reader thread, in batch order: every method-0 store over a
+    communicator.
+
+    That is where libddstore makes the reads group-collective
+    (``store.reads_collective``: every rank must read in the same order) and
+    also where it does not (a group wholly in node shared memory, or of one
+    rank), on purpose: the loader documents that it does all reads of a
+    method-0 dataset in one thread (docs/pytorch.rst), libddstore documents
+    method-0 batched reads as thread-safe nowhere (methods 1 and 2 only), and
+    a bad sample index raises pyddstore.DDStoreRangeError there as where the
+    reads are collective. So this rule stays broader than the store's.
+    """
+    return store.reads_collective or (store.method == 0 and not store.is_reader)
+
 
 def _ordered_reads_hook(dataset):
     getter = getattr(dataset, "_pyddstore_ordered_reads", None)

@@ -60,7 +60,9 @@ class _StoreDataset(torch.utils.data.Dataset):
     """Reading side shared by DistDataset and DistDatasetReader.
 
     Subclasses set _store, _name, _structure, _len, _device, _decode and
-    _collective (True when batched reads are collective: method 0).
+    _collective (True when batched reads are made in order by one thread:
+    loader_protocol.reads_in_order, method 0; a superset of the stores whose
+    reads are group-collective).
     """
 
     _store = None
@@ -282,8 +284,9 @@ class _StoreDataset(torch.utils.data.Dataset):
             err = IndexError(f"sample index {bad} out of range for dataset {self._name!r} of "
                              f"{self._len} samples")
             if batch and self._collective and keys:
-                # method 0: the other ranks of the group are in this read too; they
-                # raise this error with us ("rank k: ...") instead of waiting.
+                # method 0: where reads are group-collective the other ranks of the group
+                # are in this read too; fail_read has them raise this error with us
+                # ("rank k: ...") instead of waiting (elsewhere it only raises here).
                 err = DDStoreRangeError(str(err), DDS_ERANGE)
                 self._store.fail_read(err)
             raise err
@@ -648,7 +651,7 @@ class DistDataset(_StoreDataset):
                              progress=progress)
             self._load(store, comm, plan)
             self._log_loaded(store, time.perf_counter() - t0)
-            self._collective = store.method == 0
+            self._collective = loader_protocol.reads_in_order(store)
         except BaseException:
             try:
                 store.free()

@@ -470,7 +470,6 @@ class _GraphDataset(torch.utils.data.Dataset):
 
     _store = None
     _layout = None
-    _ctl_comm = None
     _collective = False
     _sizes = None
 
@@ -625,9 +624,6 @@ class _GraphDataset(torch.utils.data.Dataset):
         if store is None:
             return
         self._store = None
-        if self._ctl_comm is not None:
-            self._ctl_comm.Free()
-            self._ctl_comm = None
         store.free()
 
     close = free
@@ -725,9 +721,7 @@ class DistDataset(_GraphDataset):
         try:
             t0 = time.perf_counter()
             self._load(store, comm, source, chunk_size, what, progress)
-            self._collective = store.method == 0
-            if self._collective:
-                self._ctl_comm = store.group_comm.Dup()
+            self._collective = loader_protocol.reads_in_order(store)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("%s: loaded %d graphs in %.3f s", what, n_total, time.perf_counter() - t0)
         except BaseException:

@@ -199,3 +199,25 @@ def test_library_found_without_override(comm):
     assert rc == 0, out
     path = out.strip().splitlines()[-1]
     assert os.path.isabs(path) and os.path.isfile(path), out
+
+
+@pytest.mark.parametrize("width", [None, 1])
+def test_reads_collective_reported_and_obeyed(comm, width):
+    """store.reads_collective is libddstore's rule (dds_store_info), and the
+    reads behave so: where True a bad row on one rank fails the read on every
+    rank of the group ("rank k: ..."), elsewhere on that rank only."""
+    with make_store(comm, width) as s:
+        expected = METHOD == 0 and s.group_size > 1 and not s.node_local
+        assert s.reads_collective is expected
+        s.add("rc", local_values(s, (), "int32"))
+        total = s.query("rc").global_rows
+        out = np.zeros(1, dtype=np.int32)
+        bad = s.group_rank == 0
+        rows = np.array([total if bad else 0], dtype=np.int64)
+        if bad or s.reads_collective:
+            with pytest.raises(pyddstore.DDStoreRangeError) as e:
+                s.get_batch("rc", out, rows)
+            if not bad:
+                assert "rank " in str(e.value), e.value
+        else:
+            s.get_batch("rc", out, rows)
