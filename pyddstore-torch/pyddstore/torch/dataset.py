@@ -9,15 +9,15 @@ import time
 import numpy as np
 import torch
 
-from pyddstore import DDStoreRangeError
+from pyddstore import DDStoreError, DDStoreRangeError, DDStoreStateError
 from pyddstore._agreement import agree
-from pyddstore._errors import DDS_ERANGE
+from pyddstore._errors import DDS_EMISMATCH, DDS_ERANGE, DDS_ESTATE
 
 from . import _dtypes
 from . import _loader_protocol as loader_protocol
 from . import _progress
 from . import _structure as st
-from ._errors import FieldNotFoundError
+from ._errors import DatasetStoreError, FieldNotFoundError
 from ._logging import logger
 from .ragged import RaggedFields
 
@@ -148,7 +148,9 @@ class _StoreDataset(torch.utils.data.Dataset):
 
     def _check_open(self):
         if self._store is None:
-            raise RuntimeError(f"dataset {self._name!r} was freed; create it again to read from it")
+            # The store's own class for a call on a freed store (a RuntimeError, as before).
+            raise DDStoreStateError(f"dataset {self._name!r} was freed; create it again to read from it",
+                                    DDS_ESTATE)
 
     def _index(self, i):
         try:
@@ -470,17 +472,24 @@ def _raise_agreed(comm, err, what):
     """Raise the same exception on every rank of comm when any rank has err.
 
     Collective. err is the local exception or None. The message names the
-    rank that failed first, so every rank reports the same cause.
+    rank that failed first, so every rank reports the same cause. A store
+    error (pyddstore.DDStoreError) there is a DatasetStoreError everywhere,
+    with its code: a DDStoreError, and the RuntimeError it always was.
     """
-    local = None if err is None else (type(err).__name__, str(err.args[0]) if isinstance(err, KeyError)
-                                      and err.args else str(err))
+    local = None if err is None else (
+        type(err).__name__, str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err),
+        err.code if isinstance(err, DDStoreError) else None)
 
     def raise_failed(failures):
-        rank, (tname, text) = failures[0]
+        rank, (tname, text, code) = failures[0]
         exc_t = _EXC_TYPES.get(tname, RuntimeError)
         if exc_t is RuntimeError and tname != "RuntimeError":
             text = f"{tname}: {text}"
-        raise exc_t(f"{what}: on rank {rank}: {text}") from err
+        message = f"{what}: on rank {rank}: {text}"
+        if code is not None:
+            # No DDStoreError class is in _EXC_TYPES: exc_t is RuntimeError here.
+            raise DatasetStoreError(message, code) from err
+        raise exc_t(message) from err
 
     agree(comm, err, local, raise_failed, raise_own=False)
 
@@ -916,10 +925,10 @@ class DistDatasetReader(_StoreDataset):
             for f in self._structure.fields:
                 q = store.query(self._var_name(f.key))
                 if q.global_rows != self._len or q.row_bytes != f.row_bytes:
-                    raise RuntimeError(
+                    raise DatasetStoreError(
                         f"dataset {name!r}: variable {self._var_name(f.key)!r} has {q.global_rows} rows of "
                         f"{q.row_bytes} bytes, expected {self._len} rows of {f.row_bytes} bytes; the "
-                        "handshake directory holds another dataset of that name")
+                        "handshake directory holds another dataset of that name", DDS_EMISMATCH)
         except BaseException:
             self._store = None
             store.free()

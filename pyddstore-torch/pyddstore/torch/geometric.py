@@ -523,8 +523,8 @@ class _GraphDataset(torch.utils.data.Dataset):
         return self._store.stats()
 
     def _check_open(self):
-        if self._store is None:
-            raise RuntimeError(f"dataset {self._name!r} was freed; create it again to read from it")
+        from .dataset import _StoreDataset
+        return _StoreDataset._check_open(self)
 
     def _index(self, i):
         from .dataset import _StoreDataset
