@@ -9,16 +9,17 @@ import time
 import numpy as np
 import torch
 
-from pyddstore import DDStoreError, DDStoreRangeError, DDStoreStateError
-from pyddstore._agreement import agree
+from pyddstore import DDStoreRangeError, DDStoreStateError
 from pyddstore._errors import DDS_EMISMATCH, DDS_ERANGE, DDS_ESTATE
 
 from . import _dtypes
 from . import _loader_protocol as loader_protocol
 from . import _progress
 from . import _structure as st
-from ._errors import DatasetStoreError, FieldNotFoundError
+from ._errors import DatasetStoreError
 from ._logging import logger
+from ._storedataset import LoadPlan
+from ._storedataset import raise_agreed as _raise_agreed
 from .ragged import RaggedFields
 
 _SUPPORTED_DEVICE_TYPES_TEXT = "'cpu', 'cuda' or 'cuda:<n>'"
@@ -44,15 +45,10 @@ def _as_device(device, what):
 
 
 @dataclasses.dataclass(frozen=True)
-class _LoadPlan:
-    """What DistDataset's loading steps all read from: its source and the loading arguments."""
+class _LoadPlan(LoadPlan):
+    """DistDataset's LoadPlan: also the fields to keep and how blocks are read."""
 
-    source: object
-    encode: object = None      # encode(sample) -> sample, applied before storing
     fields: object = None      # list of keys/positions to keep (shorthand for an encode)
-    chunk_size: object = None  # samples per chunk written to the store; None: the whole share
-    what: str = ""             # the dataset as error messages name it
-    progress: object = None    # the progress= argument (rank 0's loading bar)
     use_range: bool = False    # read blocks with source.read_range(); decided by _load
 
 
@@ -462,36 +458,6 @@ class _StoreDataset(torch.utils.data.Dataset):
         # ThreadDataLoader's handshake: the iterator whose collective reads are
         # still in flight on this dataset (drained before another one starts).
         loader_protocol.init_ordered_owner(self)
-
-
-_EXC_TYPES = {t.__name__: t for t in (ValueError, TypeError, KeyError, IndexError, RuntimeError,
-                                      NotImplementedError, MemoryError, OSError, FieldNotFoundError)}
-
-
-def _raise_agreed(comm, err, what):
-    """Raise the same exception on every rank of comm when any rank has err.
-
-    Collective. err is the local exception or None. The message names the
-    rank that failed first, so every rank reports the same cause. A store
-    error (pyddstore.DDStoreError) there is a DatasetStoreError everywhere,
-    with its code: a DDStoreError, and the RuntimeError it always was.
-    """
-    local = None if err is None else (
-        type(err).__name__, str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err),
-        err.code if isinstance(err, DDStoreError) else None)
-
-    def raise_failed(failures):
-        rank, (tname, text, code) = failures[0]
-        exc_t = _EXC_TYPES.get(tname, RuntimeError)
-        if exc_t is RuntimeError and tname != "RuntimeError":
-            text = f"{tname}: {text}"
-        message = f"{what}: on rank {rank}: {text}"
-        if code is not None:
-            # No DDStoreError class is in _EXC_TYPES: exc_t is RuntimeError here.
-            raise DatasetStoreError(message, code) from err
-        raise exc_t(message) from err
-
-    agree(comm, err, local, raise_failed, raise_own=False)
 
 
 class DistDataset(_StoreDataset):

@@ -43,6 +43,7 @@ first row and length of each size group, increments) and
 """
 
 import copy
+import dataclasses
 import json
 import logging
 import time
@@ -54,6 +55,7 @@ import torch
 from . import _dtypes, _progress
 from . import _loader_protocol as loader_protocol
 from ._logging import logger
+from ._storedataset import LoadPlan, raise_agreed
 from .loader import ThreadDataLoader
 
 try:
@@ -75,11 +77,6 @@ _NUMBER_DTYPES = {_INT: "int64", _FLOAT: "float64", _BOOL: "bool"}
 # Meta columns before the groups' (first row, length) pairs.
 _COL_NODES, _COL_EDGES, _COL_GROUPS = 0, 1, 2
 _INT64_SCALAR = torch.zeros((), dtype=torch.int64)
-
-
-def _raise_agreed(comm, err, what):
-    from .dataset import _raise_agreed as agreed
-    agreed(comm, err, what)
 
 
 def _class_path(cls):
@@ -465,6 +462,14 @@ class _Layout:
         return cls(data_cls, [_Attr.from_obj(o) for o in d["attrs"]], d["groups"], d["width"], d["infer"])
 
 
+@dataclasses.dataclass(frozen=True)
+class _GraphLoadPlan(LoadPlan):
+    """The graph DistDataset's LoadPlan: also the attributes left out and the dtype conversions."""
+
+    exclude: frozenset = frozenset()  # attribute names not stored (exclude_keys=)
+    conversions: object = None        # {attribute: dtype name} from dtypes=, or None
+
+
 class _GraphDataset(torch.utils.data.Dataset):
     """Reading side shared by DistDataset and DistDatasetReader."""
 
@@ -703,8 +708,8 @@ class DistDataset(_GraphDataset):
                 raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
             if isinstance(exclude_keys, str):
                 raise TypeError("exclude_keys must be a list of attribute names, not a str")
-            self._exclude = set(exclude_keys or ())
-            self._conversions = _dtypes.check_conversions(dtypes, what)
+            exclude = frozenset(exclude_keys or ())
+            conversions = _dtypes.check_conversions(dtypes, what)
             _progress.check_argument(progress)
             if not hasattr(source, "__len__") or not hasattr(source, "__getitem__"):
                 raise TypeError(f"source must be a map-style dataset (len(source), source[i]), got "
@@ -712,7 +717,7 @@ class DistDataset(_GraphDataset):
             n_total = len(source)
         except Exception as e:  # noqa: BLE001 - agreed below, raised on every rank
             err = e
-        _raise_agreed(comm, err, what)
+        raise_agreed(comm, err, what)
         lens = comm.allgather(n_total)
         if len(set(lens)) != 1:
             raise ValueError(f"{what}: len(source) differs between ranks ({lens}); every rank must "
@@ -720,11 +725,12 @@ class DistDataset(_GraphDataset):
         if n_total == 0:
             raise ValueError(f"{what}: the source is empty")
         self._len = n_total
-        self._encode = encode
         store = PyDDStore(comm, method=method, ddstore_width=ddstore_width, handshake_dir=handshake_dir)
         try:
             t0 = time.perf_counter()
-            self._load(store, comm, source, chunk_size, what, progress)
+            plan = _GraphLoadPlan(source, encode=encode, chunk_size=chunk_size, what=what,
+                                  progress=progress, exclude=exclude, conversions=conversions)
+            self._load(store, comm, plan)
             self._collective = store.method == 0
             if self._collective:
                 self._ctl_comm = store.group_comm.Dup()
@@ -737,17 +743,19 @@ class DistDataset(_GraphDataset):
         # ThreadDataLoader's handshake: the iterator whose collective reads are in flight.
         loader_protocol.init_ordered_owner(self)
 
-    def _sample(self, source, i):
-        d = source[i]
-        return self._encode(d) if self._encode is not None else d
-
-    def _scan(self, source, a, b, graphs, bar):
+    @staticmethod
+    def _scan(plan, a, b, graphs, bar):
+        """Decompose graphs a..b-1 of the source (encoded) into `graphs`."""
         for i in range(a, b):
-            graphs.add(self._sample(source, i), i, self._exclude, self._conversions)
+            d = plan.source[i]
+            if plan.encode is not None:
+                d = plan.encode(d)
+            graphs.add(d, i, plan.exclude, plan.conversions)
             if bar is not None:
                 bar.update(1)
 
-    def _load(self, store, comm, source, chunk_size, what, progress):
+    def _load(self, store, comm, plan):
+        chunk_size, what = plan.chunk_size, plan.what
         n = self._len
         g, gsize = store.group_rank, store.group_size
         start, stop = n * g // gsize, n * (g + 1) // gsize
@@ -757,15 +765,15 @@ class DistDataset(_GraphDataset):
         graphs = _Graphs(keep_values=chunk_size is None)
         err, mine, bar = None, None, None
         try:
-            bar = _progress.bar(stop - start, progress=progress, rank=comm.Get_rank(),
+            bar = _progress.bar(stop - start, progress=plan.progress, rank=comm.Get_rank(),
                                 desc=f"{what} loading")
-            self._scan(source, start, stop, graphs, bar if chunk_size is None else None)
+            self._scan(plan, start, stop, graphs, bar if chunk_size is None else None)
             if graphs.attrs is not None:
                 mine = json.dumps({"class": _class_path(graphs.cls), "infer": graphs.infer,
                                    "attrs": [list(a.signature()) for a in graphs.attrs]})
         except Exception as e:  # noqa: BLE001
             err = e
-        _raise_agreed(comm, err, what)
+        raise_agreed(comm, err, what)
         gathered = comm.allgather(mine)
         ref = next(x for x in gathered if x is not None)
         for rank, x in enumerate(gathered):
@@ -880,7 +888,7 @@ class DistDataset(_GraphDataset):
                 for a in range(start, stop, chunk_size):
                     b = min(a + chunk_size, stop)
                     part = _Graphs(keep_values=True)
-                    self._scan(source, a, b, part, bar)
+                    self._scan(plan, a, b, part, bar)
                     pperm = [[t.key for t in part.attrs].index(fa.key) for fa in final]
                     for x, fa in enumerate(final):
                         if fa.kind == _NUM_NODES:
@@ -901,7 +909,7 @@ class DistDataset(_GraphDataset):
                                          "chunk_size= loading; the source must be deterministic")
             except Exception as e:  # noqa: BLE001
                 err = e
-            _raise_agreed(comm, err, what)
+            raise_agreed(comm, err, what)
             store.sync()
         if bar is not None:
             bar.close()
