@@ -414,6 +414,16 @@ class _StoreDataset(torch.utils.data.Dataset):
         """The dataset whose reads are collective (method 0) or None: ThreadDataLoader reads in order."""
         return self if self._collective else None
 
+    # ---- hooks of a dataset built on this one (_loader_protocol, 5.) ----------
+    def _pyddstore_stored_keys(self, fields):
+        """WindowedDataset's fields= check: the stored keys `fields` selects."""
+        return self._keys(fields)
+
+    def _pyddstore_read_rows_apart(self, rows, keys):
+        """WindowedDataset's ws[i]: rows of `keys` as read_rows() gives them, never collective."""
+        self._check_open()
+        return self._to_values(keys, self._get_rows(rows, keys))
+
     # ---- lifetime ------------------------------------------------------------
     def free(self):
         """Unregister alloc() buffers and free the store (collective for DistDataset). Idempotent."""
@@ -647,7 +657,7 @@ class DistDataset(_StoreDataset):
 
     def _convert(self, sample, index):
         """The sample with the dtypes= conversions applied (a new container)."""
-        container, items, tt = st._container_of(sample, index)
+        container, items, tt = st.container_of(sample, index)
         have = {k for k, _ in items}
         missing = [k for k in self._conversions if k not in have]
         if missing:
@@ -786,7 +796,7 @@ class DistDataset(_StoreDataset):
                 block = st.select(block, fields, f"{a}..{b - 1}")
             if self._conversions is not None:
                 block = self._convert(block, f"{a}..{b - 1}")
-            container, items, _ = st._container_of(block, f"{a}..{b - 1}")
+            container, items, _ = st.container_of(block, f"{a}..{b - 1}")
             keys = [k for k, _ in items]
             if container != structure.container or keys != structure.keys:
                 raise ValueError(f"samples {a}..{b - 1}: read_range() gave a {container} with fields "

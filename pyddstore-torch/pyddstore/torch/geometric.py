@@ -623,6 +623,10 @@ class _GraphDataset(torch.utils.data.Dataset):
         """ThreadDataLoader hook (_loader_protocol): self when reads are collective (method 0)."""
         return self if self._collective else None
 
+    def _pyddstore_graph_columns(self, indices):
+        """Collater's hook (_loader_protocol): the batch's store columns (_read_batch)."""
+        return self._read_batch(indices)
+
     # -- lifetime ---------------------------------------------------------------
     def free(self):
         """Free the store (collective for DistDataset). Idempotent."""
@@ -1008,7 +1012,7 @@ class Collater:
         target, rows = _target(dataset, indices)
         if target is None:
             return None
-        return target._read_batch(rows)
+        return loader_protocol.read_graph_columns(target, rows)
 
     def __call__(self, batch):
         """The Batch of `batch` (store columns, or a list of samples)."""
@@ -1081,7 +1085,7 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
 
     def __init__(self, dataset, max_num_nodes=None, max_num_edges=None, *, shuffle=True, seed=0,
                  num_replicas=None, rank=None):
-        from .sampler import _as_int, default_replicas
+        from .sampler import as_int, default_replicas
 
         if max_num_nodes is None and max_num_edges is None:
             raise ValueError("BudgetBatchSampler needs max_num_nodes= and/or max_num_edges=")
@@ -1100,13 +1104,13 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
             dn, dr = default_replicas(target)
             num_replicas = dn if num_replicas is None else num_replicas
             rank = dr if rank is None else rank
-        num_replicas, rank = _as_int(num_replicas, "num_replicas"), _as_int(rank, "rank")
+        num_replicas, rank = as_int(num_replicas, "num_replicas"), as_int(rank, "rank")
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas - 1}] for num_replicas={num_replicas}, "
                              f"got {rank}")
         self.dataset = dataset
         self.max_num_nodes, self.max_num_edges = max_num_nodes, max_num_edges
-        self.shuffle, self.seed = shuffle, _as_int(seed, "seed")
+        self.shuffle, self.seed = shuffle, as_int(seed, "seed")
         self.num_replicas, self.rank = num_replicas, rank
         self._nodes = sizes[:, 0].tolist()
         self._edges = sizes[:, 1].tolist()
@@ -1115,12 +1119,12 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
         self._plan_key, self._plan = None, None
 
     def _order(self):
-        from .sampler import _elastic_seed
+        from .sampler import elastic_seed
 
         if not self.shuffle:
             return list(range(self._len))
         g = torch.Generator()
-        g.manual_seed(_elastic_seed(self.seed, self.epoch))
+        g.manual_seed(elastic_seed(self.seed, self.epoch))
         return torch.randperm(self._len, generator=g).tolist()
 
     def plan(self):
@@ -1159,18 +1163,18 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
 
     def set_epoch(self, epoch, index=0):
         """Select the epoch's plan and the number of its batches already consumed by all replicas."""
-        from .sampler import _as_int
+        from .sampler import as_int
 
-        epoch, index = _as_int(epoch, "epoch"), _as_int(index, "index")
+        epoch, index = as_int(epoch, "epoch"), as_int(index, "index")
         if index < 0:
             raise ValueError(f"index must be >= 0, got {index}")
         self.epoch, self.index = epoch, index
 
     def index_after(self, local_steps):
         """Global position after every replica took `local_steps` more batches of this iteration."""
-        from .sampler import _as_int
+        from .sampler import as_int
 
-        local_steps = _as_int(local_steps, "local_steps")
+        local_steps = as_int(local_steps, "local_steps")
         if not 0 <= local_steps <= self._steps():
             raise ValueError(f"local_steps must be in [0, {self._steps()}] (len of this sampler), "
                              f"got {local_steps}")
