@@ -9,8 +9,8 @@ import time
 import numpy as np
 import torch
 
-from pyddstore import DDStoreRangeError, DDStoreStateError
-from pyddstore._errors import DDS_EMISMATCH, DDS_ERANGE, DDS_ESTATE
+from pyddstore import DDStoreRangeError
+from pyddstore._errors import DDS_EMISMATCH, DDS_ERANGE
 
 from . import _dtypes
 from . import _loader_protocol as loader_protocol
@@ -18,7 +18,7 @@ from . import _progress
 from . import _structure as st
 from ._errors import DatasetStoreError
 from ._logging import logger
-from ._storedataset import LoadPlan
+from ._storedataset import LoadPlan, StoreDataset, agreed_length, as_comm, check_chunk_size
 from ._storedataset import raise_agreed as _raise_agreed
 from .ragged import RaggedFields
 
@@ -52,32 +52,17 @@ class _LoadPlan(LoadPlan):
     use_range: bool = False    # read blocks with source.read_range(); decided by _load
 
 
-class _StoreDataset(torch.utils.data.Dataset):
+class _StoreDataset(StoreDataset):
     """Reading side shared by DistDataset and DistDatasetReader.
 
     Subclasses set _store, _name, _structure, _len, _device, _decode and
     _collective (True when batched reads are collective: method 0).
     """
 
-    _store = None
     _ragged = None
     _conversions = None  # {field: dtype name} from dtypes=
 
-    # ---- basic protocol ------------------------------------------------------
-    def __len__(self):
-        return self._len
-
     # ---- counters ------------------------------------------------------------
-    def stats(self):
-        """This process's read counters of the underlying store (PyDDStore.stats()).
-
-        A dict: read_calls, rows_local, rows_remote, bytes_local, bytes_remote,
-        read_seconds, counted since the store was created or last reset
-        (``ds.ddstore.reset_stats()``). Local: not collective.
-        """
-        self._check_open()
-        return self._store.stats()
-
     def to_tensorboard(self, writer, step, prefix="ddstore/"):
         """Write stats() to a TensorBoard writer as scalars ``prefix + counter`` at `step`.
 
@@ -89,19 +74,9 @@ class _StoreDataset(torch.utils.data.Dataset):
         return self._store.to_tensorboard(writer, step, prefix=prefix)
 
     @property
-    def ddstore(self):
-        """The underlying PyDDStore."""
-        return self._store
-
-    @property
     def structure(self):
         """The stored sample structure (container, field keys, kinds, dtypes, shapes)."""
         return self._structure
-
-    @property
-    def name(self):
-        """The dataset name; field k is stored as variable name/k."""
-        return self._name
 
     @property
     def shapes(self):
@@ -141,36 +116,6 @@ class _StoreDataset(torch.utils.data.Dataset):
     def _key(self, j):
         """Key of the j-th stored field (as in the original DDStore)."""
         return self._structure.fields[j].key
-
-    def _check_open(self):
-        if self._store is None:
-            # The store's own class for a call on a freed store (a RuntimeError, as before).
-            raise DDStoreStateError(f"dataset {self._name!r} was freed; create it again to read from it",
-                                    DDS_ESTATE)
-
-    def _index(self, i):
-        try:
-            i = int(i.__index__())
-        except (AttributeError, TypeError):
-            if isinstance(i, torch.Tensor) and i.numel() == 1 and not i.is_floating_point():
-                i = int(i.item())
-            else:
-                raise TypeError(f"sample index must be an integer, not {type(i).__name__}") from None
-        if i < 0:
-            i += self._len
-        if not 0 <= i < self._len:
-            raise IndexError(f"sample index {i} out of range for dataset {self._name!r} of "
-                             f"{self._len} samples")
-        return i
-
-    def _rows(self, indices):
-        """indices -> int64 array with negatives wrapped; first out-of-range index or None."""
-        if isinstance(indices, torch.Tensor):
-            indices = indices.detach().cpu().numpy()
-        rows = np.array(indices, dtype=np.int64, copy=True).reshape(-1)
-        rows[rows < 0] += self._len
-        bad = np.flatnonzero((rows < 0) | (rows >= self._len))
-        return rows, (None if bad.size == 0 else int(np.asarray(indices).reshape(-1)[bad[0]]))
 
     def _keys(self, fields):
         if fields is None:
@@ -425,28 +370,6 @@ class _StoreDataset(torch.utils.data.Dataset):
         return self._to_values(keys, self._get_rows(rows, keys))
 
     # ---- lifetime ------------------------------------------------------------
-    def free(self):
-        """Unregister alloc() buffers and free the store (collective for DistDataset). Idempotent."""
-        store = self._store
-        if store is None:
-            return
-        self._release_all()
-        self._store = None
-        self._free_extra()
-        store.free()
-
-    def _free_extra(self):
-        pass
-
-    close = free
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
-        return False
-
     def __reduce_ex__(self, protocol):
         # A DataLoader with spawn or forkserver workers pickles its dataset to send it to
         # them; without this, pickle fails deep inside with "cannot serialize
@@ -562,24 +485,17 @@ class DistDataset(_StoreDataset):
     def __init__(self, source, name, comm=None, ddstore_width=None, device=None, add_device=None,
                  method=None, handshake_dir=None, chunk_size=None, encode=None, decode=None,
                  fields=None, ragged=None, *, dtypes=None, progress=None):
-        from mpi4py import MPI
         from pyddstore import PyDDStore
 
         self._store = None
         self._name = name
         self._init_reading()
-        if comm is None:
-            comm = MPI.COMM_WORLD
-        if not isinstance(comm, MPI.Comm):
-            raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
+        comm = as_comm(comm)
         what = f"DistDataset {name!r}"
 
-        # Argument checks, agreed so a bad argument on one rank never leaves the
-        # others waiting in the store's collective constructor.
-        err = None
-        try:
-            if not isinstance(name, str) or not name or name.endswith("/"):
-                raise ValueError(f"name must be a non-empty str not ending in '/', got {name!r}")
+        def check_arguments():
+            # Besides name and source (agreed_length checks those): the first
+            # failure in this order is the one raised, on every rank.
             if encode is not None and fields is not None:
                 raise ValueError("pass either fields= or encode=, not both (fields is a shorthand for "
                                  "an encode that selects them; select inside your encode instead)")
@@ -591,14 +507,11 @@ class DistDataset(_StoreDataset):
                 if isinstance(fields, (str, bytes, int)) or len(list(fields)) == 0:
                     raise ValueError("fields must be a non-empty list of dict keys or tuple/list "
                                      f"positions, got {fields!r}")
-                fields = list(fields)
             self._conversions = _dtypes.check_conversions(dtypes, what)
             if ragged is not None:
                 self._ragged = RaggedFields(ragged)
             _progress.check_argument(progress)
-            if chunk_size is not None:
-                if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-                    raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+            check_chunk_size(chunk_size)
             self._device = _as_device(device, "device")
             add_dev = _as_device(add_device, "add_device")
             if add_dev is not None and add_dev.type != "cpu":
@@ -608,20 +521,11 @@ class DistDataset(_StoreDataset):
                 raise NotImplementedError(
                     f"add_device={add_device!r}: libddstore keeps variables in host memory only (no "
                     "device-memory variables / FI_HMEM registration yet); use add_device=None or 'cpu'")
-            if not hasattr(source, "__len__") or not hasattr(source, "__getitem__"):
-                raise TypeError(f"source must be a map-style dataset (len(source), source[i]), got "
-                                f"{type(source).__name__}")
-            n_total = len(source)
-        except Exception as e:  # noqa: BLE001 - agreed below, then raised on every rank
-            err = e
-            n_total = None
-        _raise_agreed(comm, err, what)
-        lens = comm.allgather(n_total)
-        if len(set(lens)) != 1:
-            raise ValueError(f"{what}: len(source) differs between ranks ({lens}); every rank must "
-                             "pass the same source")
-        if n_total == 0:
-            raise ValueError(f"{what}: the source is empty; a DistDataset needs at least one sample")
+
+        n_total, _ = agreed_length(comm, what, name, source, check_arguments,
+                                   "; a DistDataset needs at least one sample")
+        if fields is not None:
+            fields = list(fields)
 
         self._decode = decode
         self._len = n_total

@@ -55,7 +55,7 @@ import torch
 from . import _dtypes, _progress
 from . import _loader_protocol as loader_protocol
 from ._logging import logger
-from ._storedataset import LoadPlan, raise_agreed
+from ._storedataset import LoadPlan, StoreDataset, agreed_length, as_comm, check_chunk_size, raise_agreed
 from .loader import ThreadDataLoader
 
 try:
@@ -470,27 +470,13 @@ class _GraphLoadPlan(LoadPlan):
     conversions: object = None        # {attribute: dtype name} from dtypes=, or None
 
 
-class _GraphDataset(torch.utils.data.Dataset):
+class _GraphDataset(StoreDataset):
     """Reading side shared by DistDataset and DistDatasetReader."""
 
-    _store = None
     _layout = None
     _ctl_comm = None
     _collective = False
     _sizes = None
-
-    def __len__(self):
-        return self._len
-
-    @property
-    def ddstore(self):
-        """The underlying PyDDStore."""
-        return self._store
-
-    @property
-    def name(self):
-        """The dataset name."""
-        return self._name
 
     @property
     def keys(self):
@@ -521,23 +507,6 @@ class _GraphDataset(torch.utils.data.Dataset):
     def cat_dims(self):
         """{attribute: concatenation axis (``Data.__cat_dim__``), None for stacked ones}."""
         return {a.key: a.cat for a in self._layout.attrs if a.kind == _TENSOR}
-
-    def stats(self):
-        """This process's read counters of the store (PyDDStore.stats())."""
-        self._check_open()
-        return self._store.stats()
-
-    def _check_open(self):
-        from .dataset import _StoreDataset
-        return _StoreDataset._check_open(self)
-
-    def _index(self, i):
-        from .dataset import _StoreDataset
-        return _StoreDataset._index(self, i)
-
-    def _rows(self, indices):
-        from .dataset import _StoreDataset
-        return _StoreDataset._rows(self, indices)
 
     # -- reads ------------------------------------------------------------------
     def _read(self, rows, collective):
@@ -628,25 +597,10 @@ class _GraphDataset(torch.utils.data.Dataset):
         return self._read_batch(indices)
 
     # -- lifetime ---------------------------------------------------------------
-    def free(self):
-        """Free the store (collective for DistDataset). Idempotent."""
-        store = self._store
-        if store is None:
-            return
-        self._store = None
+    def _free_extra(self):
         if self._ctl_comm is not None:
             self._ctl_comm.Free()
             self._ctl_comm = None
-        store.free()
-
-    close = free
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
-        return False
 
     def __repr__(self):
         state = "freed" if self._store is None else f"{self._len} graphs"
@@ -691,43 +645,26 @@ class DistDataset(_GraphDataset):
 
     def __init__(self, source, name, comm=None, *, ddstore_width=None, method=None, handshake_dir=None,
                  chunk_size=None, encode=None, exclude_keys=None, dtypes=None, progress=None):
-        from mpi4py import MPI
         from pyddstore import PyDDStore
 
         self._store = None
         self._name = name
-        if comm is None:
-            comm = MPI.COMM_WORLD
-        if not isinstance(comm, MPI.Comm):
-            raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
+        comm = as_comm(comm)
         what = f"geometric.DistDataset {name!r}"
-        err, n_total = None, None
-        try:
-            if not isinstance(name, str) or not name or name.endswith("/"):
-                raise ValueError(f"name must be a non-empty str not ending in '/', got {name!r}")
+
+        def check_arguments():
+            # Besides name and source (agreed_length checks those), in this order.
             if encode is not None and not callable(encode):
                 raise TypeError("encode must be callable: encode(sample) -> Data")
-            if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                           or chunk_size < 1):
-                raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+            check_chunk_size(chunk_size)
             if isinstance(exclude_keys, str):
                 raise TypeError("exclude_keys must be a list of attribute names, not a str")
             exclude = frozenset(exclude_keys or ())
             conversions = _dtypes.check_conversions(dtypes, what)
             _progress.check_argument(progress)
-            if not hasattr(source, "__len__") or not hasattr(source, "__getitem__"):
-                raise TypeError(f"source must be a map-style dataset (len(source), source[i]), got "
-                                f"{type(source).__name__}")
-            n_total = len(source)
-        except Exception as e:  # noqa: BLE001 - agreed below, raised on every rank
-            err = e
-        raise_agreed(comm, err, what)
-        lens = comm.allgather(n_total)
-        if len(set(lens)) != 1:
-            raise ValueError(f"{what}: len(source) differs between ranks ({lens}); every rank must "
-                             "pass the same source")
-        if n_total == 0:
-            raise ValueError(f"{what}: the source is empty")
+            return exclude, conversions
+
+        n_total, (exclude, conversions) = agreed_length(comm, what, name, source, check_arguments)
         self._len = n_total
         store = PyDDStore(comm, method=method, ddstore_width=ddstore_width, handshake_dir=handshake_dir)
         try:
