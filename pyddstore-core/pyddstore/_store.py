@@ -39,12 +39,13 @@ from ._errors import (
     DDStoreDTypeError,
     DDStoreError,
     DDStoreKeyError,
-    DDStoreNotSupportedError,
     DDStoreRangeError,
     DDStoreStateError,
     DDStoreTypeError,
     DDStoreValueError,
     make_error,
+    raise_verdict,
+    verdict,
 )
 from ._lifetime import _Handle, _mpi
 
@@ -89,20 +90,6 @@ class _Var:
 
 
 # ---- the store ----------------------------------------------------------------
-
-
-# The classes another rank's failure is raised as here, by name (a name not
-# in this table: DDStoreError).
-_ERROR_CLASSES = {c.__name__: c for c in (DDStoreError, DDStoreValueError, DDStoreKeyError,
-                                          DDStoreTypeError, DDStoreDTypeError, DDStoreRangeError,
-                                          DDStoreStateError, DDStoreNotSupportedError)}
-
-
-def _raise_first_failed(failures):
-    """PyDDStore._agree's raise_failed: the first failed rank's error class,
-    code and message, prefixed with its rank."""
-    rank, ((name, code, message), _) = failures[0]
-    raise _ERROR_CLASSES.get(name, DDStoreError)(f"rank {rank}: {message}", code)
 
 
 class PyDDStore:
@@ -292,9 +279,12 @@ class PyDDStore:
         """Exchange every rank's verdict on a collective call's arguments and
         the value `what` that all ranks must agree on; raise on every rank
         when one failed or they disagree."""
-        mine = None if err is None else (type(err).__name__, err.code, str(err))
-        verdicts = agree(comm, err, (mine, what), _raise_first_failed,
-                         failed=lambda verdict: verdict[0] is not None)
+        def raise_first_failed(failures):
+            rank, (failed, _) = failures[0]
+            raise_verdict(rank, failed)
+
+        verdicts = agree(comm, err, (verdict(err), what), raise_first_failed,
+                         failed=lambda mine: mine[0] is not None)
         first = verdicts[0][1]
         for r, (_, w) in enumerate(verdicts):
             if w != first:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ._agreement import agree
 from ._errors import DDS_EINVAL, DDS_ENOTSUP, DDS_EPROTO, DDS_ESTATE, DDStoreError
-from ._errors import DDStoreNotSupportedError, DDStoreStateError, DDStoreValueError
+from ._errors import DDStoreNotSupportedError, DDStoreStateError, DDStoreValueError, raise_verdict, verdict
 
 # Bytes per checksummed block: small enough to point at a bad region, large
 # enough that the table stays tiny (256 entries per GiB).
@@ -138,16 +138,7 @@ def _agree_errors(store, err):
     """Raise on every rank of store.comm when `err` is set on any: the
     rank's own exception where it failed, a DDStoreError of the same class
     (or the base class) naming the failed rank elsewhere."""
-    mine = None if err is None else (type(err), str(err), getattr(err, "code", DDS_EINVAL))
-    agree(store.comm, err, mine if mine is None or issubclass(mine[0], DDStoreError)
-          else (DDStoreError, f"{mine[0].__name__}: {mine[1]}", DDS_EINVAL), _raise_first_failed)
-
-
-def _raise_first_failed(failures):
-    """_agree_errors' raise_failed: the first failed rank's error, prefixed
-    with its rank."""
-    rank, (cls, message, code) = failures[0]
-    raise cls(f"rank {rank}: {message}", code)
+    agree(store.comm, err, verdict(err), lambda failures: raise_verdict(*failures[0]))
 
 
 def record(store, name, local=None):
