@@ -710,11 +710,10 @@ class PyDDStore:
         (more bytes at the same start: unregister first); registrations
         belong to the store, whatever `name`. The store keeps `arr` alive
         until :meth:`unregister_recv` or :meth:`free`."""
-        arr = self._recv_arg(args, "register_recv")
-        a = _to_array(arr, "receive buffer", "-", output=True)
-        if a.nbytes == 0:
+        target = self._recv_buffer(args, "register_recv")
+        if target is None:
             return
-        addr = _address(a)
+        a, addr = target
         with self._recv_lock:
             held = self._recv.get(addr)
             if held is not None and held.nbytes >= a.nbytes:
@@ -731,11 +730,10 @@ class PyDDStore:
         """Undo :meth:`register_recv` for `arr` (or ``(name, arr)``). Memory
         that is not registered raises DDStoreKeyError (also a ValueError,
         as the original raised) for methods 1/2; method 0 ignores it."""
-        arr = self._recv_arg(args, "unregister_recv")
-        a = _to_array(arr, "receive buffer", "-", output=True)
-        if a.nbytes == 0:
+        target = self._recv_buffer(args, "unregister_recv")
+        if target is None:
             return
-        addr = _address(a)
+        _, addr = target
         with self._recv_lock:
             held = self._recv.get(addr)
             if held is None:
@@ -752,6 +750,14 @@ class PyDDStore:
             if rc:
                 self._raise(rc)
             del self._recv[addr]
+
+    def _recv_buffer(self, args, what):
+        """(array, address) of the receive buffer that `args` of register_recv or
+        unregister_recv (`what`) name; None for an empty one (nothing to do)."""
+        a = _to_array(self._recv_arg(args, what), "receive buffer", "-", output=True)
+        if a.nbytes == 0:
+            return None
+        return a, _address(a)
 
     @staticmethod
     def _recv_arg(args, what):
