@@ -359,14 +359,16 @@ def _check_petastorm_columns(src):
         return
     import pyarrow as pa
 
+    from .parquet import column_type
+
     bad = []
     for c in src.columns:
-        t = src._schema.field(c).type
+        t = column_type(src, c)
         while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
             t = t.value_type
         if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
                 or pa.types.is_string(t) or pa.types.is_large_string(t):
-            bad.append(f"{c} ({src._schema.field(c).type})")
+            bad.append(f"{c} ({column_type(src, c)})")
     if bad:
         raise ValueError(f"--vs petastorm: Petastorm's make_batch_reader cannot make tensors of the binary/string "
                          f"columns {', '.join(bad)} of this plain Parquet dataset (only make_reader decodes "
