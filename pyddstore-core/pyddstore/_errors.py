@@ -133,3 +133,29 @@ def error_class(code):
 def make_error(code, message):
     """Build the exception for libddstore error `code` with `message`."""
     return error_class(code)(message, code)
+
+
+# Every class of this module by name: how another rank's error is raised here
+# (a name not in this table: DDStoreError).
+_CLASS_OF_NAME = {c.__name__: c for c in (
+    DDStoreError, DDStoreValueError, DDStoreKeyError, DDStoreTypeError, DDStoreDTypeError,
+    DDStoreRangeError, DDStoreStateError, DDStoreNotSupportedError, DDStoreTimeoutError)}
+
+
+def verdict(err):
+    """What the other ranks of a collective call learn of this rank's error
+    `err` (picklable): ``(class name, code, message)``, or None for no error.
+    An error that is not a DDStoreError travels as a DDStoreError whose
+    message starts with its class name."""
+    if err is None:
+        return None
+    if isinstance(err, DDStoreError):
+        return (type(err).__name__, err.code, str(err))
+    return (DDStoreError.__name__, DDS_EINVAL, f"{type(err).__name__}: {err}")
+
+
+def raise_verdict(rank, failed):
+    """Raise, on this rank, the error `failed` (a :func:`verdict`) of rank
+    `rank`: its class and code, its message prefixed with ``rank <rank>: ``."""
+    name, code, message = failed
+    raise _CLASS_OF_NAME.get(name, DDStoreError)(f"rank {rank}: {message}", code)

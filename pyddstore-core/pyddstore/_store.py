@@ -39,12 +39,13 @@ from ._errors import (
     DDStoreDTypeError,
     DDStoreError,
     DDStoreKeyError,
-    DDStoreNotSupportedError,
     DDStoreRangeError,
     DDStoreStateError,
     DDStoreTypeError,
     DDStoreValueError,
     make_error,
+    raise_verdict,
+    verdict,
 )
 from ._lifetime import _Handle, _mpi
 
@@ -89,20 +90,6 @@ class _Var:
 
 
 # ---- the store ----------------------------------------------------------------
-
-
-# The classes another rank's failure is raised as here, by name (a name not
-# in this table: DDStoreError).
-_ERROR_CLASSES = {c.__name__: c for c in (DDStoreError, DDStoreValueError, DDStoreKeyError,
-                                          DDStoreTypeError, DDStoreDTypeError, DDStoreRangeError,
-                                          DDStoreStateError, DDStoreNotSupportedError)}
-
-
-def _raise_first_failed(failures):
-    """PyDDStore._agree's raise_failed: the first failed rank's error class,
-    code and message, prefixed with its rank."""
-    rank, ((name, code, message), _) = failures[0]
-    raise _ERROR_CLASSES.get(name, DDStoreError)(f"rank {rank}: {message}", code)
 
 
 class PyDDStore:
@@ -298,9 +285,12 @@ class PyDDStore:
         """Exchange every rank's verdict on a collective call's arguments and
         the value `what` that all ranks must agree on; raise on every rank
         when one failed or they disagree."""
-        mine = None if err is None else (type(err).__name__, err.code, str(err))
-        verdicts = agree(comm, err, (mine, what), _raise_first_failed,
-                         failed=lambda verdict: verdict[0] is not None)
+        def raise_first_failed(failures):
+            rank, (failed, _) = failures[0]
+            raise_verdict(rank, failed)
+
+        verdicts = agree(comm, err, (verdict(err), what), raise_first_failed,
+                         failed=lambda mine: mine[0] is not None)
         first = verdicts[0][1]
         for r, (_, w) in enumerate(verdicts):
             if w != first:
@@ -731,11 +721,10 @@ class PyDDStore:
         (more bytes at the same start: unregister first); registrations
         belong to the store, whatever `name`. The store keeps `arr` alive
         until :meth:`unregister_recv` or :meth:`free`."""
-        arr = self._recv_arg(args, "register_recv")
-        a = _to_array(arr, "receive buffer", "-", output=True)
-        if a.nbytes == 0:
+        target = self._recv_buffer(args, "register_recv")
+        if target is None:
             return
-        addr = _address(a)
+        a, addr = target
         with self._recv_lock:
             held = self._recv.get(addr)
             if held is not None and held.nbytes >= a.nbytes:
@@ -752,11 +741,10 @@ class PyDDStore:
         """Undo :meth:`register_recv` for `arr` (or ``(name, arr)``). Memory
         that is not registered raises DDStoreKeyError (also a ValueError,
         as the original raised) for methods 1/2; method 0 ignores it."""
-        arr = self._recv_arg(args, "unregister_recv")
-        a = _to_array(arr, "receive buffer", "-", output=True)
-        if a.nbytes == 0:
+        target = self._recv_buffer(args, "unregister_recv")
+        if target is None:
             return
-        addr = _address(a)
+        _, addr = target
         with self._recv_lock:
             held = self._recv.get(addr)
             if held is None:
@@ -773,6 +761,14 @@ class PyDDStore:
             if rc:
                 self._raise(rc)
             del self._recv[addr]
+
+    def _recv_buffer(self, args, what):
+        """(array, address) of the receive buffer that `args` of register_recv or
+        unregister_recv (`what`) name; None for an empty one (nothing to do)."""
+        a = _to_array(self._recv_arg(args, what), "receive buffer", "-", output=True)
+        if a.nbytes == 0:
+            return None
+        return a, _address(a)
 
     @staticmethod
     def _recv_arg(args, what):

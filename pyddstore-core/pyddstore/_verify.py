@@ -30,7 +30,7 @@ import numpy as np
 
 from ._agreement import agree
 from ._errors import DDS_EINVAL, DDS_ENOTSUP, DDS_EPROTO, DDS_ESTATE, DDStoreError
-from ._errors import DDStoreNotSupportedError, DDStoreStateError, DDStoreValueError
+from ._errors import DDStoreNotSupportedError, DDStoreStateError, DDStoreValueError, raise_verdict, verdict
 
 # Bytes per checksummed block: small enough to point at a bad region, large
 # enough that the table stays tiny (256 entries per GiB).
@@ -124,6 +124,27 @@ def _read_rows(store, name, start, nrows, row_bytes, buf):
         done += n
 
 
+def _block_crcs(pieces, row_bytes, block_rows):
+    """(CRC-32, rows) of each block of `block_rows` rows, the last one possibly
+    shorter, of the rows in `pieces` (arrays of whole rows, in order). A
+    block's CRC is chained across pieces, so it does not depend on how the
+    rows were split into reads."""
+    crc, in_block = 0, 0
+    for piece in pieces:
+        mv = memoryview(piece).cast("B")
+        pos = 0
+        while pos < len(mv):
+            take = min(len(mv) - pos, (block_rows - in_block) * row_bytes)
+            crc = zlib.crc32(mv[pos:pos + take], crc)
+            pos += take
+            in_block += take // row_bytes
+            if in_block == block_rows:
+                yield crc, in_block
+                crc, in_block = 0, 0
+    if in_block:
+        yield crc, in_block
+
+
 def _output(store, name, nrows_max):
     """A C-contiguous array that store.get accepts for `name` (its dtype,
     rows flattened), of at most `nrows_max` rows and READ_BYTES bytes."""
@@ -138,16 +159,7 @@ def _agree_errors(store, err):
     """Raise on every rank of store.comm when `err` is set on any: the
     rank's own exception where it failed, a DDStoreError of the same class
     (or the base class) naming the failed rank elsewhere."""
-    mine = None if err is None else (type(err), str(err), getattr(err, "code", DDS_EINVAL))
-    agree(store.comm, err, mine if mine is None or issubclass(mine[0], DDStoreError)
-          else (DDStoreError, f"{mine[0].__name__}: {mine[1]}", DDS_EINVAL), _raise_first_failed)
-
-
-def _raise_first_failed(failures):
-    """_agree_errors' raise_failed: the first failed rank's error, prefixed
-    with its rank."""
-    rank, (cls, message, code) = failures[0]
-    raise cls(f"rank {rank}: {message}", code)
+    agree(store.comm, err, verdict(err), lambda failures: raise_verdict(*failures[0]))
 
 
 def record(store, name, local=None):
@@ -173,21 +185,8 @@ def record(store, name, local=None):
             parts = []
             if info.local_rows:
                 buf = _output(store, name, info.local_rows)
-                # The CRC of a block is chained across read pieces.
-                crc, in_block = 0, 0
-                for piece in _read_rows(store, name, info.first_row, info.local_rows, rb, buf):
-                    mv = memoryview(piece).cast("B")
-                    pos = 0
-                    while pos < len(mv):
-                        take = min(len(mv) - pos, (br - in_block) * rb)
-                        crc = zlib.crc32(mv[pos:pos + take], crc)
-                        pos += take
-                        in_block += take // rb
-                        if in_block == br:
-                            parts.append(crc)
-                            crc, in_block = 0, 0
-                if in_block:
-                    parts.append(crc)
+                pieces = _read_rows(store, name, info.first_row, info.local_rows, rb, buf)
+                parts = [crc for crc, _ in _block_crcs(pieces, rb, br)]
             crcs = tuple(parts)
     except Exception as e:  # noqa: BLE001 - agreed below, then raised on every rank
         err = e
@@ -226,26 +225,12 @@ def _check_shard(store, name, t, k, group):
     if stop == start:
         return bad, 0
     buf = _output(store, name, stop - start)
-    b = 0
     row = start
-    crc, in_block = 0, 0
-    for piece in _read_rows(store, name, start, stop - start, rb, buf):
-        mv = memoryview(piece).cast("B")
-        pos = 0
-        while pos < len(mv):
-            take = min(len(mv) - pos, (br - in_block) * rb)
-            crc = zlib.crc32(mv[pos:pos + take], crc)
-            pos += take
-            in_block += take // rb
-            if in_block == br:
-                if crc != expected[b]:
-                    bad.append(Mismatch(group, k, row, in_block, expected[b], crc))
-                row += in_block
-                b += 1
-                crc, in_block = 0, 0
-    if in_block:
+    pieces = _read_rows(store, name, start, stop - start, rb, buf)
+    for b, (crc, nrows) in enumerate(_block_crcs(pieces, rb, br)):
         if crc != expected[b]:
-            bad.append(Mismatch(group, k, row, in_block, expected[b], crc))
+            bad.append(Mismatch(group, k, row, nrows, expected[b], crc))
+        row += nrows
     return bad, stop - start
 
 

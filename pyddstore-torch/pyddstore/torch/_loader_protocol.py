@@ -1,11 +1,11 @@
-"""What a pyddstore dataset offers ThreadDataLoader, and how the loader asks for it.
+"""What a pyddstore dataset offers ThreadDataLoader and the objects built on it, and how they ask.
 
-ThreadDataLoader (loader.py) and the store-backed datasets (dataset.py,
-windowed.py, geometric.py) meet only here, the way torch's DataLoader asks a
-dataset for one narrow thing through its fetcher. A dataset offers any of the
-following by defining the hook; the loader reaches each one through the
-function named here and never through getattr or another object's private
-attribute:
+ThreadDataLoader (loader.py), the store-backed datasets (dataset.py,
+geometric.py) and what wraps or collates them (windowed.py, geometric's
+Collater) meet only here, the way torch's DataLoader asks a dataset for one
+narrow thing through its fetcher. A dataset offers any of the following by
+defining the hook; the others reach each one through the function named here
+and never through getattr or another object's private attribute:
 
 1. Reading a batch as columns -- hook ``_pyddstore_column_batch(indices,
    out=None)``, asked through :func:`read_column_batch`. Returns a
@@ -41,6 +41,19 @@ attribute:
    ``_pyddstore_read(dataset, indices)`` on the collate_fn, asked through
    :func:`collate_fn_read`. pyddstore.torch.geometric.Collater builds graph
    batches from store columns so; None from it means "read the usual way".
+   It reads them through the graph dataset's hook
+   ``_pyddstore_graph_columns(indices)``, asked through
+   :func:`read_graph_columns`: the batch's per-graph meta and one array per
+   attribute (batched reads: collective with method 0).
+
+5. Stored rows for a dataset built on another -- WindowedDataset makes each
+   sample of several stored rows of a DistDataset or DistDatasetReader and
+   asks it, through :func:`stored_keys` (hook ``_pyddstore_stored_keys(fields)``),
+   which stored fields a fields= selection names (KeyError for unknown
+   ones), and through :func:`read_rows_apart` (hook
+   ``_pyddstore_read_rows_apart(rows, keys)``) for rows read with
+   non-collective get()s, as read_rows() returns them. Its batched reads use
+   the public read_rows().
 """
 
 import torch
@@ -197,3 +210,25 @@ def collate_fn_read(collate_fn, dataset, indices):
     ``_pyddstore_read``), or None when it does not (the loader reads as usual)."""
     read = getattr(collate_fn, "_pyddstore_read", None)
     return read(dataset, indices) if read is not None else None
+
+
+def read_graph_columns(dataset, indices):
+    """The graphs `indices` of a graph dataset (pyddstore.torch.geometric) as read
+    from the store, for its Collater to build the Batch from (batched reads:
+    collective with method 0)."""
+    return dataset._pyddstore_graph_columns(indices)
+
+
+# ---- 5. stored rows for a dataset built on another ---------------------------
+
+def stored_keys(dataset, fields):
+    """The stored field keys of `dataset` that `fields` selects (all of them for
+    None), in that order; KeyError naming any that it does not store."""
+    return dataset._pyddstore_stored_keys(fields)
+
+
+def read_rows_apart(dataset, rows, keys):
+    """Stored `rows` (int64 array) of fields `keys`, as read_rows() returns them,
+    read with non-collective get()s (one per run of consecutive rows per field):
+    any thread may call it, with any method."""
+    return dataset._pyddstore_read_rows_apart(rows, keys)

@@ -197,7 +197,9 @@ def leaf_spec(value, index, key):
         "pyddstore-throughput: --columns) or convert it with encode=.")
 
 
-def _container_of(sample, index):
+def container_of(sample, index):
+    """(container kind, [(key, value)], namedtuple class or None) of one sample,
+    or of a block of samples stacked per field; errors name `index`."""
     if isinstance(sample, (torch.Tensor, np.ndarray, np.generic, numbers.Number)):
         return SINGLE, [(0, sample)], None
     if isinstance(sample, collections.abc.Mapping):
@@ -227,7 +229,7 @@ def _container_of(sample, index):
 
 def structure_of(sample, index):
     """Structure of one sample (raises TypeError/ValueError naming index and field)."""
-    container, items, tt = _container_of(sample, index)
+    container, items, tt = container_of(sample, index)
     if not items:
         raise ValueError(f"sample {index}: an empty {container} has no field to store")
     fields = []
@@ -246,7 +248,7 @@ def items_of(sample, structure, index):
     Raises ValueError/TypeError naming the sample index, the field and both
     shapes/dtypes on any difference from the structure.
     """
-    container, items, tt = _container_of(sample, index)
+    container, items, tt = container_of(sample, index)
     if container != structure.container:
         raise TypeError(f"sample {index}: a {container} where sample 0 of the dataset is a "
                         f"{structure.container}; every sample must have the same structure")

@@ -71,7 +71,7 @@ from pyddstore._agreement import agree
 
 from . import goodput as _gp
 from ._logging import logger
-from .batchsize import plan_local_batch
+from .batchsize import SplitSizes, plan_local_batch
 from .loader import ThreadDataLoader
 from .sampler import ElasticSampler
 from .sampler import default_replicas
@@ -298,20 +298,9 @@ class AdaptiveDataLoaderHelper:
         self.end_index = None
 
     # ------------------------------------------------------------ sizes
-    @property
-    def current_local_bsz(self):
-        """Samples per replica per micro-batch (the batch each replica gets from the loader)."""
-        return self._local
-
-    @property
-    def accumulation_steps(self):
-        """Batches returned before an optimizer step, minus one (0: none accumulated)."""
-        return self._accum
-
-    @property
-    def current_batch_size(self):
-        """Global samples per optimizer step: local * (accumulation_steps + 1) * replicas."""
-        return self._local * (self._accum + 1) * self.num_replicas
+    current_local_bsz = SplitSizes.current_local_bsz
+    accumulation_steps = SplitSizes.accumulation_steps
+    current_batch_size = SplitSizes.current_batch_size
 
     @property
     def max_batch_size(self):

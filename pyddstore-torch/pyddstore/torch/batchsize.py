@@ -69,6 +69,32 @@ def plan_local_batch(batch_size, num_replicas, *, min_local=1, max_local=None,
     return local, steps - 1
 
 
+class SplitSizes:
+    """AdaptDL's three sizes of a global batch split over replicas, as properties.
+
+    One definition for :class:`GlobalBatchSize` and
+    :class:`pyddstore.torch.adaptive.AdaptiveDataLoaderHelper`, which bind
+    them in their class bodies (so the API docs list them on each class) and
+    keep ``_local`` (samples per replica per micro-batch), ``_accum``
+    (micro-batches per optimizer step minus one) and ``num_replicas``.
+    """
+
+    @property
+    def current_local_bsz(self):
+        """Samples per replica per micro-batch (the batch each replica's loader yields)."""
+        return self._local
+
+    @property
+    def accumulation_steps(self):
+        """Micro-batches per optimizer step minus one (0: no accumulation), as in AdaptDL."""
+        return self._accum
+
+    @property
+    def current_batch_size(self):
+        """Actual global samples per optimizer step: local * (accumulation_steps + 1) * replicas."""
+        return self._local * (self._accum + 1) * self.num_replicas
+
+
 class GlobalBatchSize:
     """Local batch size and gradient-accumulation schedule for a global batch size.
 
@@ -155,20 +181,9 @@ class GlobalBatchSize:
         """``(min_local, max_local)``; ``max_local`` may be None."""
         return (self._min_local, self._max_local)
 
-    @property
-    def current_local_bsz(self):
-        """Samples per replica per micro-batch (the DataLoader's batch_size)."""
-        return self._local
-
-    @property
-    def accumulation_steps(self):
-        """Micro-batches per optimizer step minus one (0: no accumulation), as in AdaptDL."""
-        return self._accum
-
-    @property
-    def current_batch_size(self):
-        """Actual global samples per optimizer step: local * (accumulation_steps + 1) * replicas."""
-        return self._local * (self._accum + 1) * self._num_replicas
+    current_local_bsz = SplitSizes.current_local_bsz
+    accumulation_steps = SplitSizes.accumulation_steps
+    current_batch_size = SplitSizes.current_batch_size
 
     @property
     def next_local_bsz(self):

@@ -10,15 +10,16 @@ import numpy as np
 import torch
 
 from pyddstore import DDStoreRangeError
-from pyddstore._agreement import agree
-from pyddstore._errors import DDS_ERANGE
+from pyddstore._errors import DDS_EMISMATCH, DDS_ERANGE
 
 from . import _dtypes
 from . import _loader_protocol as loader_protocol
 from . import _progress
 from . import _structure as st
-from ._errors import FieldNotFoundError
+from ._errors import DatasetStoreError
 from ._logging import logger
+from ._storedataset import LoadPlan, StoreDataset, agreed_length, as_comm, check_chunk_size
+from ._storedataset import raise_agreed as _raise_agreed
 from .ragged import RaggedFields
 
 _SUPPORTED_DEVICE_TYPES_TEXT = "'cpu', 'cuda' or 'cuda:<n>'"
@@ -44,19 +45,14 @@ def _as_device(device, what):
 
 
 @dataclasses.dataclass(frozen=True)
-class _LoadPlan:
-    """What DistDataset's loading steps all read from: its source and the loading arguments."""
+class _LoadPlan(LoadPlan):
+    """DistDataset's LoadPlan: also the fields to keep and how blocks are read."""
 
-    source: object
-    encode: object = None      # encode(sample) -> sample, applied before storing
     fields: object = None      # list of keys/positions to keep (shorthand for an encode)
-    chunk_size: object = None  # samples per chunk written to the store; None: the whole share
-    what: str = ""             # the dataset as error messages name it
-    progress: object = None    # the progress= argument (rank 0's loading bar)
     use_range: bool = False    # read blocks with source.read_range(); decided by _load
 
 
-class _StoreDataset(torch.utils.data.Dataset):
+class _StoreDataset(StoreDataset):
     """Reading side shared by DistDataset and DistDatasetReader.
 
     Subclasses set _store, _name, _structure, _len, _device, _decode and
@@ -65,25 +61,10 @@ class _StoreDataset(torch.utils.data.Dataset):
     reads are group-collective).
     """
 
-    _store = None
     _ragged = None
     _conversions = None  # {field: dtype name} from dtypes=
 
-    # ---- basic protocol ------------------------------------------------------
-    def __len__(self):
-        return self._len
-
     # ---- counters ------------------------------------------------------------
-    def stats(self):
-        """This process's read counters of the underlying store (PyDDStore.stats()).
-
-        A dict: read_calls, rows_local, rows_remote, bytes_local, bytes_remote,
-        read_seconds, counted since the store was created or last reset
-        (``ds.ddstore.reset_stats()``). Local: not collective.
-        """
-        self._check_open()
-        return self._store.stats()
-
     def to_tensorboard(self, writer, step, prefix="ddstore/"):
         """Write stats() to a TensorBoard writer as scalars ``prefix + counter`` at `step`.
 
@@ -95,19 +76,9 @@ class _StoreDataset(torch.utils.data.Dataset):
         return self._store.to_tensorboard(writer, step, prefix=prefix)
 
     @property
-    def ddstore(self):
-        """The underlying PyDDStore."""
-        return self._store
-
-    @property
     def structure(self):
         """The stored sample structure (container, field keys, kinds, dtypes, shapes)."""
         return self._structure
-
-    @property
-    def name(self):
-        """The dataset name; field k is stored as variable name/k."""
-        return self._name
 
     @property
     def shapes(self):
@@ -147,34 +118,6 @@ class _StoreDataset(torch.utils.data.Dataset):
     def _key(self, j):
         """Key of the j-th stored field (as in the original DDStore)."""
         return self._structure.fields[j].key
-
-    def _check_open(self):
-        if self._store is None:
-            raise RuntimeError(f"dataset {self._name!r} was freed; create it again to read from it")
-
-    def _index(self, i):
-        try:
-            i = int(i.__index__())
-        except (AttributeError, TypeError):
-            if isinstance(i, torch.Tensor) and i.numel() == 1 and not i.is_floating_point():
-                i = int(i.item())
-            else:
-                raise TypeError(f"sample index must be an integer, not {type(i).__name__}") from None
-        if i < 0:
-            i += self._len
-        if not 0 <= i < self._len:
-            raise IndexError(f"sample index {i} out of range for dataset {self._name!r} of "
-                             f"{self._len} samples")
-        return i
-
-    def _rows(self, indices):
-        """indices -> int64 array with negatives wrapped; first out-of-range index or None."""
-        if isinstance(indices, torch.Tensor):
-            indices = indices.detach().cpu().numpy()
-        rows = np.array(indices, dtype=np.int64, copy=True).reshape(-1)
-        rows[rows < 0] += self._len
-        bad = np.flatnonzero((rows < 0) | (rows >= self._len))
-        return rows, (None if bad.size == 0 else int(np.asarray(indices).reshape(-1)[bad[0]]))
 
     def _keys(self, fields):
         if fields is None:
@@ -419,29 +362,17 @@ class _StoreDataset(torch.utils.data.Dataset):
         """The dataset whose reads are collective (method 0) or None: ThreadDataLoader reads in order."""
         return self if self._collective else None
 
+    # ---- hooks of a dataset built on this one (_loader_protocol, 5.) ----------
+    def _pyddstore_stored_keys(self, fields):
+        """WindowedDataset's fields= check: the stored keys `fields` selects."""
+        return self._keys(fields)
+
+    def _pyddstore_read_rows_apart(self, rows, keys):
+        """WindowedDataset's ws[i]: rows of `keys` as read_rows() gives them, never collective."""
+        self._check_open()
+        return self._to_values(keys, self._get_rows(rows, keys))
+
     # ---- lifetime ------------------------------------------------------------
-    def free(self):
-        """Unregister alloc() buffers and free the store (collective for DistDataset). Idempotent."""
-        store = self._store
-        if store is None:
-            return
-        self._release_all()
-        self._store = None
-        self._free_extra()
-        store.free()
-
-    def _free_extra(self):
-        pass
-
-    close = free
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
-        return False
-
     def __reduce_ex__(self, protocol):
         # A DataLoader with spawn or forkserver workers pickles its dataset to send it to
         # them; without this, pickle fails deep inside with "cannot serialize
@@ -463,29 +394,6 @@ class _StoreDataset(torch.utils.data.Dataset):
         # ThreadDataLoader's handshake: the iterator whose collective reads are
         # still in flight on this dataset (drained before another one starts).
         loader_protocol.init_ordered_owner(self)
-
-
-_EXC_TYPES = {t.__name__: t for t in (ValueError, TypeError, KeyError, IndexError, RuntimeError,
-                                      NotImplementedError, MemoryError, OSError, FieldNotFoundError)}
-
-
-def _raise_agreed(comm, err, what):
-    """Raise the same exception on every rank of comm when any rank has err.
-
-    Collective. err is the local exception or None. The message names the
-    rank that failed first, so every rank reports the same cause.
-    """
-    local = None if err is None else (type(err).__name__, str(err.args[0]) if isinstance(err, KeyError)
-                                      and err.args else str(err))
-
-    def raise_failed(failures):
-        rank, (tname, text) = failures[0]
-        exc_t = _EXC_TYPES.get(tname, RuntimeError)
-        if exc_t is RuntimeError and tname != "RuntimeError":
-            text = f"{tname}: {text}"
-        raise exc_t(f"{what}: on rank {rank}: {text}") from err
-
-    agree(comm, err, local, raise_failed, raise_own=False)
 
 
 class DistDataset(_StoreDataset):
@@ -580,24 +488,17 @@ class DistDataset(_StoreDataset):
     def __init__(self, source, name, comm=None, ddstore_width=None, device=None, add_device=None,
                  method=None, handshake_dir=None, chunk_size=None, encode=None, decode=None,
                  fields=None, ragged=None, *, dtypes=None, progress=None):
-        from mpi4py import MPI
         from pyddstore import PyDDStore
 
         self._store = None
         self._name = name
         self._init_reading()
-        if comm is None:
-            comm = MPI.COMM_WORLD
-        if not isinstance(comm, MPI.Comm):
-            raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
+        comm = as_comm(comm)
         what = f"DistDataset {name!r}"
 
-        # Argument checks, agreed so a bad argument on one rank never leaves the
-        # others waiting in the store's collective constructor.
-        err = None
-        try:
-            if not isinstance(name, str) or not name or name.endswith("/"):
-                raise ValueError(f"name must be a non-empty str not ending in '/', got {name!r}")
+        def check_arguments():
+            # Besides name and source (agreed_length checks those): the first
+            # failure in this order is the one raised, on every rank.
             if encode is not None and fields is not None:
                 raise ValueError("pass either fields= or encode=, not both (fields is a shorthand for "
                                  "an encode that selects them; select inside your encode instead)")
@@ -609,14 +510,11 @@ class DistDataset(_StoreDataset):
                 if isinstance(fields, (str, bytes, int)) or len(list(fields)) == 0:
                     raise ValueError("fields must be a non-empty list of dict keys or tuple/list "
                                      f"positions, got {fields!r}")
-                fields = list(fields)
             self._conversions = _dtypes.check_conversions(dtypes, what)
             if ragged is not None:
                 self._ragged = RaggedFields(ragged)
             _progress.check_argument(progress)
-            if chunk_size is not None:
-                if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-                    raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+            check_chunk_size(chunk_size)
             self._device = _as_device(device, "device")
             add_dev = _as_device(add_device, "add_device")
             if add_dev is not None and add_dev.type != "cpu":
@@ -626,20 +524,11 @@ class DistDataset(_StoreDataset):
                 raise NotImplementedError(
                     f"add_device={add_device!r}: libddstore keeps variables in host memory only (no "
                     "device-memory variables / FI_HMEM registration yet); use add_device=None or 'cpu'")
-            if not hasattr(source, "__len__") or not hasattr(source, "__getitem__"):
-                raise TypeError(f"source must be a map-style dataset (len(source), source[i]), got "
-                                f"{type(source).__name__}")
-            n_total = len(source)
-        except Exception as e:  # noqa: BLE001 - agreed below, then raised on every rank
-            err = e
-            n_total = None
-        _raise_agreed(comm, err, what)
-        lens = comm.allgather(n_total)
-        if len(set(lens)) != 1:
-            raise ValueError(f"{what}: len(source) differs between ranks ({lens}); every rank must "
-                             "pass the same source")
-        if n_total == 0:
-            raise ValueError(f"{what}: the source is empty; a DistDataset needs at least one sample")
+
+        n_total, _ = agreed_length(comm, what, name, source, check_arguments,
+                                   "; a DistDataset needs at least one sample")
+        if fields is not None:
+            fields = list(fields)
 
         self._decode = decode
         self._len = n_total
@@ -675,7 +564,7 @@ class DistDataset(_StoreDataset):
 
     def _convert(self, sample, index):
         """The sample with the dtypes= conversions applied (a new container)."""
-        container, items, tt = st._container_of(sample, index)
+        container, items, tt = st.container_of(sample, index)
         have = {k for k, _ in items}
         missing = [k for k in self._conversions if k not in have]
         if missing:
@@ -814,7 +703,7 @@ class DistDataset(_StoreDataset):
                 block = st.select(block, fields, f"{a}..{b - 1}")
             if self._conversions is not None:
                 block = self._convert(block, f"{a}..{b - 1}")
-            container, items, _ = st._container_of(block, f"{a}..{b - 1}")
+            container, items, _ = st.container_of(block, f"{a}..{b - 1}")
             keys = [k for k, _ in items]
             if container != structure.container or keys != structure.keys:
                 raise ValueError(f"samples {a}..{b - 1}: read_range() gave a {container} with fields "
@@ -919,10 +808,10 @@ class DistDatasetReader(_StoreDataset):
             for f in self._structure.fields:
                 q = store.query(self._var_name(f.key))
                 if q.global_rows != self._len or q.row_bytes != f.row_bytes:
-                    raise RuntimeError(
+                    raise DatasetStoreError(
                         f"dataset {name!r}: variable {self._var_name(f.key)!r} has {q.global_rows} rows of "
                         f"{q.row_bytes} bytes, expected {self._len} rows of {f.row_bytes} bytes; the "
-                        "handshake directory holds another dataset of that name")
+                        "handshake directory holds another dataset of that name", DDS_EMISMATCH)
         except BaseException:
             self._store = None
             store.free()

@@ -43,6 +43,7 @@ first row and length of each size group, increments) and
 """
 
 import copy
+import dataclasses
 import json
 import logging
 import time
@@ -54,6 +55,7 @@ import torch
 from . import _dtypes, _progress
 from . import _loader_protocol as loader_protocol
 from ._logging import logger
+from ._storedataset import LoadPlan, StoreDataset, agreed_length, as_comm, check_chunk_size, raise_agreed
 from .loader import ThreadDataLoader
 
 try:
@@ -75,11 +77,6 @@ _NUMBER_DTYPES = {_INT: "int64", _FLOAT: "float64", _BOOL: "bool"}
 # Meta columns before the groups' (first row, length) pairs.
 _COL_NODES, _COL_EDGES, _COL_GROUPS = 0, 1, 2
 _INT64_SCALAR = torch.zeros((), dtype=torch.int64)
-
-
-def _raise_agreed(comm, err, what):
-    from .dataset import _raise_agreed as agreed
-    agreed(comm, err, what)
 
 
 def _class_path(cls):
@@ -465,26 +462,20 @@ class _Layout:
         return cls(data_cls, [_Attr.from_obj(o) for o in d["attrs"]], d["groups"], d["width"], d["infer"])
 
 
-class _GraphDataset(torch.utils.data.Dataset):
+@dataclasses.dataclass(frozen=True)
+class _GraphLoadPlan(LoadPlan):
+    """The graph DistDataset's LoadPlan: also the attributes left out and the dtype conversions."""
+
+    exclude: frozenset = frozenset()  # attribute names not stored (exclude_keys=)
+    conversions: object = None        # {attribute: dtype name} from dtypes=, or None
+
+
+class _GraphDataset(StoreDataset):
     """Reading side shared by DistDataset and DistDatasetReader."""
 
-    _store = None
     _layout = None
     _collective = False
     _sizes = None
-
-    def __len__(self):
-        return self._len
-
-    @property
-    def ddstore(self):
-        """The underlying PyDDStore."""
-        return self._store
-
-    @property
-    def name(self):
-        """The dataset name."""
-        return self._name
 
     @property
     def keys(self):
@@ -515,23 +506,6 @@ class _GraphDataset(torch.utils.data.Dataset):
     def cat_dims(self):
         """{attribute: concatenation axis (``Data.__cat_dim__``), None for stacked ones}."""
         return {a.key: a.cat for a in self._layout.attrs if a.kind == _TENSOR}
-
-    def stats(self):
-        """This process's read counters of the store (PyDDStore.stats())."""
-        self._check_open()
-        return self._store.stats()
-
-    def _check_open(self):
-        if self._store is None:
-            raise RuntimeError(f"dataset {self._name!r} was freed; create it again to read from it")
-
-    def _index(self, i):
-        from .dataset import _StoreDataset
-        return _StoreDataset._index(self, i)
-
-    def _rows(self, indices):
-        from .dataset import _StoreDataset
-        return _StoreDataset._rows(self, indices)
 
     # -- reads ------------------------------------------------------------------
     def _read(self, rows, collective):
@@ -617,23 +591,11 @@ class _GraphDataset(torch.utils.data.Dataset):
         """ThreadDataLoader hook (_loader_protocol): self when reads are collective (method 0)."""
         return self if self._collective else None
 
+    def _pyddstore_graph_columns(self, indices):
+        """Collater's hook (_loader_protocol): the batch's store columns (_read_batch)."""
+        return self._read_batch(indices)
+
     # -- lifetime ---------------------------------------------------------------
-    def free(self):
-        """Free the store (collective for DistDataset). Idempotent."""
-        store = self._store
-        if store is None:
-            return
-        self._store = None
-        store.free()
-
-    close = free
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
-        return False
 
     def __repr__(self):
         state = "freed" if self._store is None else f"{self._len} graphs"
@@ -678,49 +640,33 @@ class DistDataset(_GraphDataset):
 
     def __init__(self, source, name, comm=None, *, ddstore_width=None, method=None, handshake_dir=None,
                  chunk_size=None, encode=None, exclude_keys=None, dtypes=None, progress=None):
-        from mpi4py import MPI
         from pyddstore import PyDDStore
 
         self._store = None
         self._name = name
-        if comm is None:
-            comm = MPI.COMM_WORLD
-        if not isinstance(comm, MPI.Comm):
-            raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
+        comm = as_comm(comm)
         what = f"geometric.DistDataset {name!r}"
-        err, n_total = None, None
-        try:
-            if not isinstance(name, str) or not name or name.endswith("/"):
-                raise ValueError(f"name must be a non-empty str not ending in '/', got {name!r}")
+
+        def check_arguments():
+            # Besides name and source (agreed_length checks those), in this order.
             if encode is not None and not callable(encode):
                 raise TypeError("encode must be callable: encode(sample) -> Data")
-            if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                           or chunk_size < 1):
-                raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+            check_chunk_size(chunk_size)
             if isinstance(exclude_keys, str):
                 raise TypeError("exclude_keys must be a list of attribute names, not a str")
-            self._exclude = set(exclude_keys or ())
-            self._conversions = _dtypes.check_conversions(dtypes, what)
+            exclude = frozenset(exclude_keys or ())
+            conversions = _dtypes.check_conversions(dtypes, what)
             _progress.check_argument(progress)
-            if not hasattr(source, "__len__") or not hasattr(source, "__getitem__"):
-                raise TypeError(f"source must be a map-style dataset (len(source), source[i]), got "
-                                f"{type(source).__name__}")
-            n_total = len(source)
-        except Exception as e:  # noqa: BLE001 - agreed below, raised on every rank
-            err = e
-        _raise_agreed(comm, err, what)
-        lens = comm.allgather(n_total)
-        if len(set(lens)) != 1:
-            raise ValueError(f"{what}: len(source) differs between ranks ({lens}); every rank must "
-                             "pass the same source")
-        if n_total == 0:
-            raise ValueError(f"{what}: the source is empty")
+            return exclude, conversions
+
+        n_total, (exclude, conversions) = agreed_length(comm, what, name, source, check_arguments)
         self._len = n_total
-        self._encode = encode
         store = PyDDStore(comm, method=method, ddstore_width=ddstore_width, handshake_dir=handshake_dir)
         try:
             t0 = time.perf_counter()
-            self._load(store, comm, source, chunk_size, what, progress)
+            plan = _GraphLoadPlan(source, encode=encode, chunk_size=chunk_size, what=what,
+                                  progress=progress, exclude=exclude, conversions=conversions)
+            self._load(store, comm, plan)
             self._collective = loader_protocol.reads_in_order(store)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("%s: loaded %d graphs in %.3f s", what, n_total, time.perf_counter() - t0)
@@ -731,17 +677,19 @@ class DistDataset(_GraphDataset):
         # ThreadDataLoader's handshake: the iterator whose collective reads are in flight.
         loader_protocol.init_ordered_owner(self)
 
-    def _sample(self, source, i):
-        d = source[i]
-        return self._encode(d) if self._encode is not None else d
-
-    def _scan(self, source, a, b, graphs, bar):
+    @staticmethod
+    def _scan(plan, a, b, graphs, bar):
+        """Decompose graphs a..b-1 of the source (encoded) into `graphs`."""
         for i in range(a, b):
-            graphs.add(self._sample(source, i), i, self._exclude, self._conversions)
+            d = plan.source[i]
+            if plan.encode is not None:
+                d = plan.encode(d)
+            graphs.add(d, i, plan.exclude, plan.conversions)
             if bar is not None:
                 bar.update(1)
 
-    def _load(self, store, comm, source, chunk_size, what, progress):
+    def _load(self, store, comm, plan):
+        chunk_size, what = plan.chunk_size, plan.what
         n = self._len
         g, gsize = store.group_rank, store.group_size
         start, stop = n * g // gsize, n * (g + 1) // gsize
@@ -751,15 +699,15 @@ class DistDataset(_GraphDataset):
         graphs = _Graphs(keep_values=chunk_size is None)
         err, mine, bar = None, None, None
         try:
-            bar = _progress.bar(stop - start, progress=progress, rank=comm.Get_rank(),
+            bar = _progress.bar(stop - start, progress=plan.progress, rank=comm.Get_rank(),
                                 desc=f"{what} loading")
-            self._scan(source, start, stop, graphs, bar if chunk_size is None else None)
+            self._scan(plan, start, stop, graphs, bar if chunk_size is None else None)
             if graphs.attrs is not None:
                 mine = json.dumps({"class": _class_path(graphs.cls), "infer": graphs.infer,
                                    "attrs": [list(a.signature()) for a in graphs.attrs]})
         except Exception as e:  # noqa: BLE001
             err = e
-        _raise_agreed(comm, err, what)
+        raise_agreed(comm, err, what)
         gathered = comm.allgather(mine)
         ref = next(x for x in gathered if x is not None)
         for rank, x in enumerate(gathered):
@@ -874,7 +822,7 @@ class DistDataset(_GraphDataset):
                 for a in range(start, stop, chunk_size):
                     b = min(a + chunk_size, stop)
                     part = _Graphs(keep_values=True)
-                    self._scan(source, a, b, part, bar)
+                    self._scan(plan, a, b, part, bar)
                     pperm = [[t.key for t in part.attrs].index(fa.key) for fa in final]
                     for x, fa in enumerate(final):
                         if fa.kind == _NUM_NODES:
@@ -895,7 +843,7 @@ class DistDataset(_GraphDataset):
                                          "chunk_size= loading; the source must be deterministic")
             except Exception as e:  # noqa: BLE001
                 err = e
-            _raise_agreed(comm, err, what)
+            raise_agreed(comm, err, what)
             store.sync()
         if bar is not None:
             bar.close()
@@ -994,7 +942,7 @@ class Collater:
         target, rows = _target(dataset, indices)
         if target is None:
             return None
-        return target._read_batch(rows)
+        return loader_protocol.read_graph_columns(target, rows)
 
     def __call__(self, batch):
         """The Batch of `batch` (store columns, or a list of samples)."""
@@ -1067,7 +1015,7 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
 
     def __init__(self, dataset, max_num_nodes=None, max_num_edges=None, *, shuffle=True, seed=0,
                  num_replicas=None, rank=None):
-        from .sampler import _as_int, default_replicas
+        from .sampler import as_int, default_replicas
 
         if max_num_nodes is None and max_num_edges is None:
             raise ValueError("BudgetBatchSampler needs max_num_nodes= and/or max_num_edges=")
@@ -1086,13 +1034,13 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
             dn, dr = default_replicas(target)
             num_replicas = dn if num_replicas is None else num_replicas
             rank = dr if rank is None else rank
-        num_replicas, rank = _as_int(num_replicas, "num_replicas"), _as_int(rank, "rank")
+        num_replicas, rank = as_int(num_replicas, "num_replicas"), as_int(rank, "rank")
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas - 1}] for num_replicas={num_replicas}, "
                              f"got {rank}")
         self.dataset = dataset
         self.max_num_nodes, self.max_num_edges = max_num_nodes, max_num_edges
-        self.shuffle, self.seed = shuffle, _as_int(seed, "seed")
+        self.shuffle, self.seed = shuffle, as_int(seed, "seed")
         self.num_replicas, self.rank = num_replicas, rank
         self._nodes = sizes[:, 0].tolist()
         self._edges = sizes[:, 1].tolist()
@@ -1101,12 +1049,12 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
         self._plan_key, self._plan = None, None
 
     def _order(self):
-        from .sampler import _elastic_seed
+        from .sampler import elastic_seed
 
         if not self.shuffle:
             return list(range(self._len))
         g = torch.Generator()
-        g.manual_seed(_elastic_seed(self.seed, self.epoch))
+        g.manual_seed(elastic_seed(self.seed, self.epoch))
         return torch.randperm(self._len, generator=g).tolist()
 
     def plan(self):
@@ -1145,18 +1093,18 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
 
     def set_epoch(self, epoch, index=0):
         """Select the epoch's plan and the number of its batches already consumed by all replicas."""
-        from .sampler import _as_int
+        from .sampler import as_int
 
-        epoch, index = _as_int(epoch, "epoch"), _as_int(index, "index")
+        epoch, index = as_int(epoch, "epoch"), as_int(index, "index")
         if index < 0:
             raise ValueError(f"index must be >= 0, got {index}")
         self.epoch, self.index = epoch, index
 
     def index_after(self, local_steps):
         """Global position after every replica took `local_steps` more batches of this iteration."""
-        from .sampler import _as_int
+        from .sampler import as_int
 
-        local_steps = _as_int(local_steps, "local_steps")
+        local_steps = as_int(local_steps, "local_steps")
         if not 0 <= local_steps <= self._steps():
             raise ValueError(f"local_steps must be in [0, {self._steps()}] (len of this sampler), "
                              f"got {local_steps}")

@@ -325,6 +325,12 @@ def _select(names, columns):
     return chosen
 
 
+def column_type(source, column):
+    """The Arrow type of `column` in the files of ParquetSource `source` (their
+    physical schema, before any decoding), for tools that check columns first."""
+    return source._schema.field(column).type
+
+
 class ParquetSource:
     """A Parquet file or directory as a map-style dataset of dict samples.
 

@@ -57,7 +57,9 @@ def default_replicas(dataset=None):
     return comm.Get_size(), comm.Get_rank()
 
 
-def _as_int(value, what):
+def as_int(value, what):
+    """`value` as an int (numpy integers too); TypeError naming `what` for a bool,
+    float or anything else."""
     # operator.index accepts numpy integers (common for epochs read back from
     # checkpoints) but rejects floats and bools-as-strings with a clear error.
     if isinstance(value, bool):
@@ -70,7 +72,8 @@ def _as_int(value, what):
         ) from None
 
 
-def _elastic_seed(seed, epoch):
+def elastic_seed(seed, epoch):
+    """The 63-bit generator seed of ElasticSampler's (and BudgetBatchSampler's) order for (seed, epoch)."""
     # torch's seed + epoch makes (seed=s, epoch=e+1) replay (seed=s+1, epoch=e);
     # a cryptographic hash of the pair gives unrelated orders for every pair
     # and is stable across Python, numpy and torch versions.
@@ -183,15 +186,15 @@ class ElasticSampler(Sampler):
                 "mode='adaptdl' pads like AdaptDL and has no drop_last; "
                 "use mode='elastic' for drop_last=True"
             )
-        seed = _as_int(seed, "seed")
+        seed = as_int(seed, "seed")
         if num_replicas is None or rank is None:
             default_n, default_r = default_replicas(dataset)
             if num_replicas is None:
                 num_replicas = default_n
             if rank is None:
                 rank = default_r
-        num_replicas = _as_int(num_replicas, "num_replicas")
-        rank = _as_int(rank, "rank")
+        num_replicas = as_int(num_replicas, "num_replicas")
+        rank = as_int(rank, "rank")
         if num_replicas < 1:
             raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
         if not 0 <= rank < num_replicas:
@@ -219,7 +222,7 @@ class ElasticSampler(Sampler):
         if not self.shuffle:
             key = ("range",)
         elif self.mode == "elastic":
-            key = ("elastic", _elastic_seed(self.seed, self.epoch))
+            key = ("elastic", elastic_seed(self.seed, self.epoch))
         elif self.mode == "torch":
             key = ("torch", _torch_seed_value(self.seed + self.epoch))
         else:
@@ -301,8 +304,8 @@ class ElasticSampler(Sampler):
             leaves nothing to yield (except in mode 'adaptdl', where it
             selects a later pass, as in AdaptDL).
         """
-        epoch = _as_int(epoch, "epoch")
-        index = _as_int(index, "index")
+        epoch = as_int(epoch, "epoch")
+        index = as_int(index, "index")
         if index < 0:
             raise ValueError(f"index must be >= 0, got {index}")
         self.epoch = epoch
@@ -315,7 +318,7 @@ class ElasticSampler(Sampler):
         :class:`~pyddstore.torch.resume.ResumableLoader` records) after each
         replica took that many indices from this iteration.
         """
-        local_samples = _as_int(local_samples, "local_samples")
+        local_samples = as_int(local_samples, "local_samples")
         if not 0 <= local_samples <= self._local_count():
             raise ValueError(
                 f"local_samples must be in [0, {self._local_count()}] "
@@ -375,7 +378,7 @@ class ElasticSampler(Sampler):
                     f"state was saved with {key}={state[key]!r} but this sampler has "
                     f"{key}={mine!r}: build the sampler with the saved settings"
                 )
-        seed = _as_int(state["seed"], "seed")
+        seed = as_int(state["seed"], "seed")
         old = (self.seed, self.epoch, self.index)
         self.seed = seed
         try:

@@ -92,6 +92,37 @@ def _agree(comm, err):
           raise_failed, raise_own=False, failed=bool)
 
 
+class _Meter:
+    """Counts the batches a run takes and marks where its measured interval starts.
+
+    Both the DistDataset run and the Petastorm run measure alike: ``take(batch)``
+    after each batch, then ``interval(...)`` for where the measured interval starts.
+    """
+
+    def __init__(self, warmup, want):
+        self.warmup, self.want = warmup, want
+        self.got = 0
+        self._start = None  # (perf_counter(), CPU seconds) after the warm-up's last batch
+
+    def take(self, batch):
+        """Count one batch and touch its tensors as a training step would (so lazily
+        produced batches count); True once `want` batches are taken."""
+        import torch
+
+        self.got += 1
+        for v in batch.values():
+            if isinstance(v, torch.Tensor):
+                v.sum()
+        if self.got == self.warmup:
+            self._start = time.perf_counter(), _cpu_seconds()
+        return self.got >= self.want
+
+    def interval(self, first_t, first_cpu):
+        """(perf_counter(), CPU seconds) where the measured interval starts: after the
+        warm-up, or at the first batch (`first_t`, `first_cpu`) when there was none."""
+        return self._start if self._start is not None else (first_t, first_cpu)
+
+
 def _launcher_rank():
     # The rank the launcher gave this process, known before MPI starts: argument errors are
     # printed once (rank 0) although every rank parses the same arguments.
@@ -290,29 +321,19 @@ def _run_pyddstore(args, path, comm, vs_petastorm=False):
                                  seed=args.seed, drop_last=True)
     loader = ThreadDataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
                               drop_last=True)
-    want = args.warmup + args.measure
-    got = 0
+    meter = _Meter(args.warmup, args.warmup + args.measure)
     first_batch_s = None
-    t_meas = cpu_meas = None
     epoch = 0
     try:
-        while got < want:
+        while meter.got < meter.want:
             sampler.set_epoch(epoch)
             for batch in loader:
                 if first_batch_s is None:
                     first_batch_s = time.perf_counter() - t0
-                got += 1
-                # Touch the data as a training step would, so lazily produced batches count.
-                for v in batch.values():
-                    if isinstance(v, torch.Tensor):
-                        v.sum()
-                if got == args.warmup:
-                    t_meas, cpu_meas = time.perf_counter(), _cpu_seconds()
-                if got >= want:
+                if meter.take(batch):
                     break
             epoch += 1
-        if t_meas is None:  # no warm-up: the measured interval starts at the first batch
-            t_meas, cpu_meas = t0 + first_batch_s, cpu0
+        t_meas, cpu_meas = meter.interval(t0 + first_batch_s, cpu0)
         wall = time.perf_counter() - t_meas
         cpu = _cpu_seconds() - cpu_meas
     finally:
@@ -338,14 +359,16 @@ def _check_petastorm_columns(src):
         return
     import pyarrow as pa
 
+    from .parquet import column_type
+
     bad = []
     for c in src.columns:
-        t = src._schema.field(c).type
+        t = column_type(src, c)
         while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
             t = t.value_type
         if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
                 or pa.types.is_string(t) or pa.types.is_large_string(t):
-            bad.append(f"{c} ({src._schema.field(c).type})")
+            bad.append(f"{c} ({column_type(src, c)})")
     if bad:
         raise ValueError(f"--vs petastorm: Petastorm's make_batch_reader cannot make tensors of the binary/string "
                          f"columns {', '.join(bad)} of this plain Parquet dataset (only make_reader decodes "
@@ -382,8 +405,8 @@ def _petastorm_worker(args):
                                         rows_capacity=args.rows_capacity, shuffle=not args.no_shuffle)
     # --dtypes: the same casts as pyddstore's source, so both sides time the same samples.
     casts = {k: getattr(torch, v) for k, v in args.dtypes.items()}
-    got = 0
-    first = t_meas = cpu_meas = None
+    meter = _Meter(args.warmup, want)
+    first = None
     sample_bytes = 0
     try:
         for batch in loader:
@@ -397,22 +420,15 @@ def _petastorm_worker(args):
                 first = time.perf_counter() - t0
                 sample_bytes = sum(v[0].numel() * v.element_size() for v in batch.values()
                                    if isinstance(v, torch.Tensor))
-            got += 1
-            for v in batch.values():
-                if isinstance(v, torch.Tensor):
-                    v.sum()
-            if got == args.warmup:
-                t_meas, cpu_meas = time.perf_counter(), _cpu_seconds()
-            if got >= want:
+            if meter.take(batch):
                 break
     finally:
         if args.petastorm_worker in ("batched", "rows"):
             reader.stop()
             reader.join()
-    if got < want:
-        raise SystemExit(f"petastorm gave only {got} full batches")
-    if t_meas is None:
-        t_meas, cpu_meas = t0 + first, cpu0
+    if meter.got < meter.want:
+        raise SystemExit(f"petastorm gave only {meter.got} full batches")
+    t_meas, cpu_meas = meter.interval(t0 + first, cpu0)
     wall = time.perf_counter() - t_meas
     samples = args.measure * args.batch_size
     print(json.dumps({

@@ -53,7 +53,7 @@ class WindowedDataset(torch.utils.data.Dataset):
             self.starts = None
             self._len = 0 if last < 0 else last // self.stride + 1
         self.fields = None if fields is None else list(fields)
-        self._keys = ds._keys(self.fields)
+        self._keys = loader_protocol.stored_keys(ds, self.fields)
         self._offsets = np.arange(self.window, dtype=np.int64) * self.dilation
 
     def __len__(self):
@@ -85,8 +85,7 @@ class WindowedDataset(torch.utils.data.Dataset):
     def __getitem__(self, i):
         """Window i (not collective: one get() per run of consecutive rows per field)."""
         rows = self.rows_of(i)
-        self.ds._check_open()
-        vals = self.ds._to_values(self._keys, self.ds._get_rows(rows, self._keys))
+        vals = loader_protocol.read_rows_apart(self.ds, rows, self._keys)
         return self._sample({k: v[None] for k, v in vals.items()}, 0)
 
     def __getitems__(self, indices):

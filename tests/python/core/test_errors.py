@@ -251,3 +251,27 @@ def test_garbage_never_crashes(filled):
         with pytest.raises(DDStoreError):
             s.init("g", 1, bad)
     _check_still_usable(s)
+
+
+def test_verdict_round_trip():
+    # How a collective call's failure on one rank is raised on the others
+    # (PyDDStore's argument agreement and the checksum verify share it).
+    import pickle
+
+    from pyddstore import DDStoreTimeoutError
+    from pyddstore._errors import DDS_EINVAL, DDS_ERANGE, DDS_ETIMEDOUT, raise_verdict, verdict
+
+    assert verdict(None) is None
+    cases = [(DDStoreRangeError("rows 9..12 outside", DDS_ERANGE), DDStoreRangeError, DDS_ERANGE,
+              "rows 9..12 outside"),
+             (DDStoreTimeoutError("peer silent", DDS_ETIMEDOUT), DDStoreTimeoutError, DDS_ETIMEDOUT,
+              "peer silent"),
+             (OSError("disk gone"), DDStoreError, DDS_EINVAL, "OSError: disk gone")]
+    for err, cls, code, text in cases:
+        v = pickle.loads(pickle.dumps(verdict(err)))  # it travels by allgather
+        with pytest.raises(DDStoreError) as ei:
+            raise_verdict(3, v)
+        assert type(ei.value) is cls and ei.value.code == code and str(ei.value) == f"rank 3: {text}"
+    with pytest.raises(DDStoreError) as ei:
+        raise_verdict(0, ("SomeOtherError", DDS_EINVAL, "x"))
+    assert type(ei.value) is DDStoreError and str(ei.value) == "rank 0: x"
