@@ -100,10 +100,25 @@ struct dds_store {
     _Atomic uint64_t st_read_ns;
 };
 
+/* ---- ground floor ------------------------------------------------------------
+ * Files that call nothing of the library above error.c, so that every other
+ * file may use them without a call cycle (tests/c/check-layering.py fails
+ * on any cycle between source files). */
+
+/* Store handles (registry.c). */
+/* Allocate a store with no MPI resources yet (core stores and readers):
+ * magic set, communicators MPI_COMM_NULL, vars_lock initialised. */
+DDS_HIDDEN dds_store *dds_store_alloc(void);
+/* Release what dds_store_alloc() made and the strings and arrays the store
+ * owns (not its variables, nor MPI or transport resources); the struct waits
+ * in a graveyard so that a stale handle is never taken for a new store. */
+DDS_HIDDEN void dds_store_destroy(dds_store *s);
 /* Check that `s` is a live store (not freed, not garbage); sets the error. */
 DDS_HIDDEN int dds_store_check(const dds_store *s);
 /* Register/unregister a live store handle. */
 DDS_HIDDEN void dds_store_track(dds_store *s, bool live);
+
+/* Variables and names (vartable.c). */
 /* Look up a variable by name; NULL when absent (no error set). */
 DDS_HIDDEN dds_var *dds_var_find(const dds_store *s, const char *name);
 /* Same, but sets DDS_ENOENT/DDS_EINVAL and returns NULL on failure. */
@@ -116,7 +131,8 @@ DDS_HIDDEN int dds_check_name(const char *name);
 DDS_HIDDEN int dds_owner_of(const dds_var *v, int group_size, int64_t row);
 
 /* Agree on the outcome of a collective step over `comm`: returns the lowest
- * failing rank's code on every rank, with its message ("rank k: ..."). */
+ * failing rank's code on every rank, with its message ("rank k: ...")
+ * (collective.c). */
 DDS_HIDDEN int dds_agree(MPI_Comm comm, int rc);
 
 /* Kinds of group-collective calls, as dds_step() tags them. */
@@ -228,8 +244,14 @@ DDS_HIDDEN int dds_fab_attach(dds_store *s, const char *name);
 /* ---- versioned variables (generation.c) -------------------------------------- */
 
 /* Name suffix of the hidden variable holding a versioned variable's
- * generation counters. */
+ * generation counters, and the bytes of one counter (a row of it). */
 #define DDS_GEN_SUFFIX "\x1fgen"
+#define DDS_GEN_ROW_BYTES 8
+/* The counters' name of versioned variable `name`; DDS_EINVAL when it
+ * would be too long. */
+DDS_HIDDEN int dds_gen_name(const char *name, char out[DDS_NAME_MAX + 1]);
+/* Number of counters for `rows` rows in blocks of `block_rows`. */
+DDS_HIDDEN int64_t dds_gen_blocks(int64_t rows, int64_t block_rows);
 /* 1 when `name` is such a hidden variable (not listed by dds_var_name). */
 DDS_HIDDEN bool dds_gen_hidden(const char *name);
 /* *gen receives the counters of v when v is versioned, else NULL; a
@@ -241,9 +263,10 @@ DDS_HIDDEN int dds_gen_read(dds_store *s, dds_var *v, dds_var *gen, const dds_re
 /* Write rows of versioned v, counters odd around the copy. Local. */
 DDS_HIDDEN int dds_gen_write(dds_store *s, dds_var *v, dds_var *gen, const void *data, int64_t nrows,
                              int64_t offset);
-/* The transfers of a read, without the versioned check (read.c): ops may
- * be reordered. Not collective; data complete on return. */
-DDS_HIDDEN int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops);
+/* The transfers of a read, without the versioned check (transfer.c): ops
+ * may be reordered. bounded: as for dds_rma_read (a method-0 collective
+ * read). Not collective; data complete on return. */
+DDS_HIDDEN int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, bool bounded);
 
 /* Serialise page-protection changes of shards with dds_shard_write()
  * (protect.c), and open (writable) / close (read-only) this rank's pages

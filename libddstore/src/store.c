@@ -1,4 +1,6 @@
-/* Store lifecycle, variables and the agreement protocol of collective calls. */
+/* The orchestrator: store lifecycle (create, free), adding and updating
+ * variables, queries, and the entry points of readers. Builds on the ground
+ * floor (registry.c, vartable.c, collective.c) and the transports. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,193 +8,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-
-/* ---- live handle registry -------------------------------------------------
- * Handles are checked against this table so that a call on a freed or
- * garbage handle is an error instead of a use-after-free. Few stores live at
- * once, so a linear scan is cheap next to any read. */
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static dds_store **registry;
-static size_t registry_len, registry_cap;
-
-void dds_store_track(dds_store *s, bool live)
-{
-    pthread_mutex_lock(&registry_lock);
-    if (live) {
-        if (registry_len == registry_cap) {
-            size_t cap = registry_cap ? 2 * registry_cap : 16;
-            dds_store **r = realloc(registry, cap * sizeof *r);
-            if (!r) { /* cannot track: the handle still works, checks just miss it */
-                pthread_mutex_unlock(&registry_lock);
-                return;
-            }
-            registry = r;
-            registry_cap = cap;
-        }
-        registry[registry_len++] = s;
-    } else {
-        for (size_t i = 0; i < registry_len; i++)
-            if (registry[i] == s) {
-                registry[i] = registry[--registry_len];
-                break;
-            }
-    }
-    pthread_mutex_unlock(&registry_lock);
-}
-
-int dds_store_check(const dds_store *s)
-{
-    if (!s)
-        return dds_err(DDS_EINVAL, "store handle is NULL");
-    bool found = false;
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < registry_len; i++)
-        if (registry[i] == s) {
-            found = true;
-            break;
-        }
-    pthread_mutex_unlock(&registry_lock);
-    if (!found || s->magic != DDS_STORE_MAGIC)
-        return dds_err(DDS_ESTATE, "store handle is not a live store (freed, or never created)");
-    return DDS_OK;
-}
-
-/* ---- agreement ------------------------------------------------------------ */
-
-int dds_agree(MPI_Comm comm, int rc)
-{
-    int rank;
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
-        return dds_err(DDS_EMPI, "MPI_Comm_rank failed while agreeing on a result");
-    struct { int ok; int rank; } in = { rc == DDS_OK ? 1 : 0, rank }, out;
-    int mrc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, comm);
-    if (mrc != MPI_SUCCESS)
-        return dds_err_mpi(mrc, "MPI_Allreduce (agreement)");
-    if (out.ok)
-        return DDS_OK;
-    /* The lowest failing rank tells everyone its code and message, so every
-     * rank reports the same error. */
-    size_t len;
-    char *buf = dds_err_buf(&len);
-    char msg[1024 + 32];
-    int code = rc;
-    if (rank == out.rank) {
-        char tmp[1024];
-        snprintf(tmp, sizeof tmp, "%s", buf);
-        snprintf(msg, sizeof msg, "%s", tmp);
-    }
-    mrc = MPI_Bcast(&code, 1, MPI_INT, out.rank, comm);
-    if (mrc == MPI_SUCCESS)
-        mrc = MPI_Bcast(msg, 1024, MPI_CHAR, out.rank, comm);
-    if (mrc != MPI_SUCCESS)
-        return dds_err_mpi(mrc, "MPI_Bcast (agreement)");
-    msg[1023] = '\0';
-    if (rank == out.rank)
-        return code;
-    return dds_err(code, "rank %d: %s", out.rank, msg);
-}
-
-/* ---- names and variables ------------------------------------------------------ */
-
-static bool utf8_valid(const unsigned char *p, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = p[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) { i++; continue; }
-        else if ((c & 0xE0) == 0xC0) { k = 1; cp = c & 0x1F; }
-        else if ((c & 0xF0) == 0xE0) { k = 2; cp = c & 0x0F; }
-        else if ((c & 0xF8) == 0xF0) { k = 3; cp = c & 0x07; }
-        else return false;
-        if (i + k >= n)
-            return false;
-        for (size_t j = 1; j <= k; j++) {
-            if ((p[i + j] & 0xC0) != 0x80)
-                return false;
-            cp = (cp << 6) | (p[i + j] & 0x3F);
-        }
-        /* overlong forms, surrogates, beyond U+10FFFF */
-        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += k + 1;
-    }
-    return true;
-}
-
-int dds_check_name(const char *name)
-{
-    if (!name)
-        return dds_err(DDS_EINVAL, "variable name is NULL");
-    size_t n = strnlen(name, DDS_NAME_MAX + 1);
-    if (n == 0)
-        return dds_err(DDS_EINVAL, "variable name is empty");
-    if (n > DDS_NAME_MAX)
-        return dds_err(DDS_EINVAL, "variable name is longer than %d bytes", DDS_NAME_MAX);
-    if (!utf8_valid((const unsigned char *)name, n))
-        return dds_err(DDS_EINVAL, "variable name is not valid UTF-8");
-    return DDS_OK;
-}
-
-dds_var *dds_var_find(const dds_store *s, const char *name)
-{
-    dds_var *found = NULL;
-    pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
-    for (int64_t i = 0; i < s->nvars; i++)
-        if (strcmp(s->vars[i]->name, name) == 0) {
-            found = s->vars[i];
-            break;
-        }
-    pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
-    return found;
-}
-
-dds_var *dds_var_lookup(const dds_store *s, const char *name)
-{
-    if (dds_check_name(name) != DDS_OK)
-        return NULL;
-    dds_var *v = dds_var_find(s, name);
-    if (!v)
-        dds_err(DDS_ENOENT, "no variable named '%s' in this store", name);
-    return v;
-}
-
-int dds_var_append(dds_store *s, dds_var *v)
-{
-    int rc = DDS_OK;
-    pthread_rwlock_wrlock(&s->vars_lock);
-    if (s->nvars == s->vars_cap) {
-        int64_t cap = s->vars_cap ? 2 * s->vars_cap : 8;
-        dds_var **nv = realloc(s->vars, (size_t)cap * sizeof *nv);
-        if (!nv)
-            rc = dds_err(DDS_ENOMEM, "out of memory adding variable '%s'", v->name);
-        else {
-            s->vars = nv;
-            s->vars_cap = cap;
-        }
-    }
-    if (rc == DDS_OK)
-        s->vars[s->nvars++] = v;
-    pthread_rwlock_unlock(&s->vars_lock);
-    return rc;
-}
-
-int dds_owner_of(const dds_var *v, int group_size, int64_t row)
-{
-    /* Largest r with offsets[r] <= row; shards may be empty, so skip ahead to
-     * the last of equal offsets. */
-    int lo = 0, hi = group_size - 1;
-    while (lo < hi) {
-        int mid = lo + (hi - lo + 1) / 2;
-        if (v->offsets[mid] <= row)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
 
 /* ---- store lifecycle ---------------------------------------------------------- */
 
@@ -339,42 +154,6 @@ static void store_release_comms(dds_store *s)
         MPI_Comm_free(&s->comm);
 }
 
-/* Freed store structs wait here (magic cleared) until 64 more stores have
- * been freed: the allocator would otherwise give the next store the same
- * address, and a stale handle would pass dds_store_check() as that new
- * store (a double free would free someone else's store). */
-#define GRAVEYARD 64
-static dds_store *graveyard[GRAVEYARD];
-static size_t grave_next;
-
-static void store_destroy(dds_store *s)
-{
-    s->magic = 0;
-    free(s->node_rank_of);
-    free(s->fabric_name);
-    free(s->handshake_dir);
-    free(s->vars);
-    pthread_rwlock_destroy(&s->vars_lock);
-    pthread_mutex_lock(&registry_lock);
-    dds_store *oldest = graveyard[grave_next];
-    graveyard[grave_next] = s;
-    grave_next = (grave_next + 1) % GRAVEYARD;
-    pthread_mutex_unlock(&registry_lock);
-    free(oldest);
-}
-
-/* Allocate a store with no MPI resources yet (also used for readers). */
-static dds_store *store_alloc(void)
-{
-    dds_store *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
-    s->magic = DDS_STORE_MAGIC;
-    s->comm = s->group = s->node = MPI_COMM_NULL;
-    pthread_rwlock_init(&s->vars_lock, NULL);
-    return s;
-}
-
 static char *dup_opt(const char *given, const char *env, const char *dflt)
 {
     const char *v = given ? given : dds_env(env);
@@ -406,13 +185,13 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     if (rc)
         return rc; /* cannot agree without a communicator: every rank sees the same bad handle */
 
-    dds_store *s = store_alloc();
+    dds_store *s = dds_store_alloc();
     if (!s)
         return dds_err(DDS_ENOMEM, "out of memory creating the store");
     int mrc = MPI_Comm_dup(user, &s->comm);
     if (mrc != MPI_SUCCESS) {
         rc = dds_err_mpi(mrc, "MPI_Comm_dup");
-        store_destroy(s);
+        dds_store_destroy(s);
         return rc;
     }
     MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
@@ -508,7 +287,7 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     return DDS_OK;
 fail:
     store_release_comms(s);
-    store_destroy(s);
+    dds_store_destroy(s);
     return rc;
 }
 
@@ -569,7 +348,7 @@ DDS_API int dds_free(dds_store *s)
         dds_fab_close(s);
     if (!s->is_reader)
         store_release_comms(s);
-    store_destroy(s);
+    dds_store_destroy(s);
     return DDS_OK;
 }
 
