@@ -546,7 +546,8 @@ int dds_fab_open(dds_store *s)
             int node_size = s->group_size;
             if (s->node != MPI_COMM_NULL)
                 MPI_Comm_size(s->node, &node_size);
-            rc = choose_auto(s->method == 1 && node_size == s->group_size, chosen, sizeof chosen);
+            rc = choose_auto(s->method == DDS_METHOD_FABRIC && node_size == s->group_size, chosen,
+                             sizeof chosen);
         }
     }
     rc = dds_agree(s->group, rc);
@@ -606,7 +607,7 @@ int dds_fab_open(dds_store *s)
         rc = start_progress(F);
         rc = dds_agree(s->group, rc);
     }
-    if (rc == DDS_OK && s->method == 2) {
+    if (rc == DDS_OK && s->method == DDS_METHOD_FILE) {
         int n_groups = s->size / s->width;
         size_t plen = strlen(s->handshake_dir) + 32;
         F->pubdir = malloc(plen);
@@ -651,7 +652,8 @@ int dds_fab_open(dds_store *s)
                   F->info->domain_attr->name ? F->info->domain_attr->name : "?",
                   (unsigned long long)F->mr_mode, F->inflight, F->iov, F->serialize ? "serialized" : "shared endpoint",
                   progress_name(F->progress),
-                  s->method == 2 ? ", handshake in " : "", s->method == 2 ? F->pubdir : "");
+                  s->method == DDS_METHOD_FILE ? ", handshake in " : "",
+                  s->method == DDS_METHOD_FILE ? F->pubdir : "");
     return DDS_OK;
 }
 
@@ -693,7 +695,7 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
             rc = dds_err(DDS_ENOTSUP, "provider %s gives no usable memory key (FI_MR_RAW)", F->prov);
         rc = dds_agree(s->group, rc);
     }
-    if (rc == DDS_OK && s->method == 2) {
+    if (rc == DDS_OK && s->method == DDS_METHOD_FILE) {
         FV->index = F->next_var_index++;
         if (s->group_rank == 0) {
             dds_hs_var hv;

@@ -324,6 +324,7 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
     if (rc == DDS_OK) {
         s->is_reader = true;
         s->method = DDS_METHOD_FILE;
+        s->tp = &dds_transport_fabric;
         s->rank = -1;
         s->size = 0;
         s->width = (int)f.store.n_core;

@@ -258,16 +258,16 @@ int dds_gen_write(dds_store *s, dds_var *v, dds_var *gen, const void *data, int6
             for (int64_t b = b0; b <= b1; b++)
                 __atomic_store_n(&ctr[b], __atomic_load_n(&ctr[b], __ATOMIC_RELAXED) | 1u, __ATOMIC_RELAXED);
             atomic_thread_fence(memory_order_seq_cst);
-            if (s->method == 0)
-                rc = dds_rma_sync_local(s, gen);
+            if (s->tp->sync)
+                rc = s->tp->sync(s, gen);
             memcpy(v->base + doff, data, dlen);
             atomic_thread_fence(memory_order_release);
-            if (s->method == 0 && rc == DDS_OK)
-                rc = dds_rma_sync_local(s, v);
+            if (s->tp->sync && rc == DDS_OK)
+                rc = s->tp->sync(s, v);
             for (int64_t b = b0; b <= b1; b++)
                 __atomic_store_n(&ctr[b], __atomic_load_n(&ctr[b], __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
-            if (s->method == 0 && rc == DDS_OK)
-                rc = dds_rma_sync_local(s, gen);
+            if (s->tp->sync && rc == DDS_OK)
+                rc = s->tp->sync(s, gen);
             dds_shard_open(v, doff, dlen, false);
         }
         dds_shard_open(gen, goff, glen, false);

@@ -76,12 +76,13 @@ static int execute(dds_store *s, dds_var *v, op_list *l, bool bounded)
     return dds_read_ops(s, v, l->ops, l->n, bounded);
 }
 
-/* Whether method-0 batched reads are group-collective: not where the whole
+/* Whether batched reads are group-collective (a transport with
+ * collective_reads: method 0): not where the whole
  * group shares memory (every read is then a memcpy), not in a group of one,
  * and not for readers. */
 static bool reads_collective(const dds_store *s)
 {
-    return s->method == 0 && !s->is_reader && s->group_size > 1 &&
+    return s->tp->collective_reads && !s->is_reader && s->group_size > 1 &&
            !(s->node_local && s->shm_enabled);
 }
 
@@ -261,7 +262,7 @@ static int sync_all_local(dds_store *s)
     int rc = DDS_OK;
     pthread_rwlock_rdlock(&s->vars_lock);
     for (int64_t i = 0; rc == DDS_OK && i < s->nvars; i++)
-        rc = dds_rma_sync_local(s, s->vars[i]);
+        rc = s->tp->sync(s, s->vars[i]);
     pthread_rwlock_unlock(&s->vars_lock);
     return rc;
 }
@@ -271,12 +272,12 @@ static int sync_all_local(dds_store *s)
  * orders local stores before other ranks' loads in shared windows. */
 static int sync_over(dds_store *s, int kind, int rc)
 {
-    if (rc == DDS_OK && s->method == 0)
+    if (rc == DDS_OK && s->tp->sync)
         rc = sync_all_local(s);
     rc = dds_step(s, kind, rc, NULL);
     if (kind == DDS_COLL_SYNC && s->group_size != s->size && !s->broken)
         rc = dds_agree(s->comm, rc);
-    if (rc == DDS_OK && s->method == 0)
+    if (rc == DDS_OK && s->tp->sync)
         rc = sync_all_local(s);
     return rc;
 }
@@ -334,9 +335,9 @@ DDS_API int dds_register_recv(dds_store *s, void *buf, size_t len)
         return rc;
     if (!buf && len)
         return dds_err(DDS_EINVAL, "buffer is NULL");
-    if (s->method == 0 || len == 0)
+    if (!s->tp->register_recv || len == 0)
         return DDS_OK;
-    return dds_fab_register_recv(s, buf, len);
+    return s->tp->register_recv(s, buf, len);
 }
 
 DDS_API int dds_unregister_recv(dds_store *s, void *buf)
@@ -345,7 +346,7 @@ DDS_API int dds_unregister_recv(dds_store *s, void *buf)
     int rc = dds_store_check(s);
     if (rc)
         return rc;
-    if (s->method == 0 || !buf)
+    if (!s->tp->unregister_recv || !buf)
         return DDS_OK;
-    return dds_fab_unregister_recv(s, buf);
+    return s->tp->unregister_recv(s, buf);
 }

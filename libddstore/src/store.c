@@ -55,16 +55,16 @@ static int resolve_method(const dds_options *o, int *method)
     int m = o ? o->method : DDS_METHOD_DEFAULT;
     if (m == DDS_METHOD_DEFAULT) {
         const char *env = dds_env("DDSTORE_METHOD");
-        m = 0;
+        m = DDS_METHOD_MPI;
         if (env) {
             char *end;
             long v = strtol(env, &end, 10);
-            if (*end != '\0' || v < 0 || v > 2)
+            if (*end != '\0' || v < DDS_METHOD_MPI || v > DDS_METHOD_FILE)
                 return dds_err(DDS_EINVAL, "DDSTORE_METHOD='%s' is not 0, 1 or 2", env);
             m = (int)v;
         }
     }
-    if (m < 0 || m > 2)
+    if (m < DDS_METHOD_MPI || m > DDS_METHOD_FILE)
         return dds_err(DDS_EINVAL, "method %d is not 0 (MPI), 1 (libfabric) or 2 (libfabric + files)", m);
     *method = m;
     return DDS_OK;
@@ -222,7 +222,7 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
             rc = dds_err(DDS_EMISMATCH, "ranks disagree on the width (%d to %d); pass the same "
                          "width on every rank", all[3], -all[4]);
     }
-    if (rc == DDS_OK && s->method != 0 && !dds_has_fabric())
+    if (rc == DDS_OK && s->method != DDS_METHOD_MPI && !dds_has_fabric())
         rc = dds_err(DDS_ENOTSUP,
                      "method %d needs libfabric, but libddstore was built without it (use method 0)",
                      s->method);
@@ -237,6 +237,8 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     rc = dds_agree(s->comm, rc);
     if (rc)
         goto fail;
+    /* The one place that maps a method to its transport. */
+    s->tp = s->method == DDS_METHOD_MPI ? &dds_transport_rma : &dds_transport_fabric;
 
     s->group_index = s->rank / s->width;
     mrc = MPI_Comm_split(s->comm, s->group_index, s->rank, &s->group);
@@ -263,22 +265,9 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     if (rc)
         goto fail;
 
-    /* The group reads through RMA windows unless it is one rank or wholly in
-     * node shared memory (the condition of dds_shard_alloc's MPI_Win_create). */
-    if (s->method == 0 && s->group_size > 1 && !(s->node_local && s->shm_enabled)) {
-        rc = dds_rma_probe(s);
-        if (rc)
-            goto fail;
-    }
-
-    if (s->method != 0) {
-        rc = dds_fab_open(s);
-        rc = dds_agree(s->comm, rc);
-        if (rc) {
-            dds_fab_close(s);
-            goto fail;
-        }
-    }
+    rc = s->tp->open(s);
+    if (rc)
+        goto fail;
     dds_debug("rank %d: store created: method %d, group %d (%d of %d), node-local %d, shm %d",
               s->rank, s->method, s->group_index, s->group_rank, s->group_size, (int)s->node_local,
               (int)s->shm_enabled);
@@ -293,13 +282,10 @@ fail:
 
 static void var_destroy(dds_store *s, dds_var *v)
 {
-    if (!s->is_reader) {
-        if (s->method != 0)
-            dds_fab_var_release(s, v);
+    if (s->tp->release)
+        s->tp->release(s, v);
+    if (!s->is_reader)
         dds_shard_release(s, v);
-    } else {
-        dds_fab_var_release(s, v);
-    }
     free(v->offsets);
     free(v->peer_base);
     free(v);
@@ -344,8 +330,8 @@ DDS_API int dds_free(dds_store *s)
     for (int64_t i = s->nvars - 1; i >= 0; i--)
         var_destroy(s, s->vars[i]);
     s->nvars = 0;
-    if (s->method != 0 || s->is_reader)
-        dds_fab_close(s);
+    if (s->tp->close)
+        s->tp->close(s);
     if (!s->is_reader)
         store_release_comms(s);
     dds_store_destroy(s);
@@ -513,14 +499,14 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
             memcpy(v->base, data, bytes);
         else if (bytes)
             memset(v->base, 0, bytes);
-        if (s->method != 0) {
-            rc = dds_fab_var_expose(s, v);
+        if (s->tp->expose) {
+            rc = s->tp->expose(s, v);
             rc = dds_agree(s->comm, rc);
             if (rc) {
                 /* Another group may have failed after this one exposed v:
                  * drop its registration (and method-2 file) first. A no-op
                  * where expose failed (v->fab is NULL there). */
-                dds_fab_var_release(s, v);
+                s->tp->release(s, v);
                 dds_shard_release(s, v);
             }
         }
@@ -531,8 +517,8 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
             rc = dds_rma_sync_local(s, v);
         rc = dds_agree(s->comm, rc); /* also a barrier: no rank reads before every shard is written */
         if (rc) {
-            if (s->method != 0)
-                dds_fab_var_release(s, v);
+            if (s->tp->release)
+                s->tp->release(s, v);
             dds_shard_release(s, v);
         }
     }

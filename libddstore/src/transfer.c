@@ -57,8 +57,7 @@ int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, bool b
     if (nremote) {
         rc = group_by_owner(ops, nremote, s->group_size);
         if (rc == DDS_OK)
-            rc = (s->method == 0) ? dds_rma_read(s, v, ops, nremote, bounded)
-                                   : dds_fab_read(s, v, ops, nremote);
+            rc = s->tp->read(s, v, ops, nremote, bounded);
     }
     atomic_fetch_add(&s->st_rows_local, rows_local);
     atomic_fetch_add(&s->st_rows_remote, rows_remote);

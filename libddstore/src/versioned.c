@@ -62,8 +62,8 @@ DDS_API int dds_init_versioned(dds_store *s, const char *name, int64_t nrows, in
     dds_var *c = dds_var_find(s, cname);
     uint64_t header = (uint64_t)block_rows;
     rc = c ? dds_shard_write(c, 0, &header, sizeof header) : dds_err(DDS_ESTATE, "counters of '%s' vanished", name);
-    if (rc == DDS_OK && s->method == 0)
-        rc = dds_rma_sync_local(s, c);
+    if (rc == DDS_OK && s->tp->sync)
+        rc = s->tp->sync(s, c);
     rc = dds_agree(s->comm, rc);
     if (rc)
         return rc;
