@@ -104,15 +104,8 @@ static int make_reader_var(const struct dds_fabric *F, const dds_hs_var *hv, dds
         FV->len = calloc((size_t)n, sizeof *FV->len);
     }
     if (!v || !FV || !v->offsets || !FV->raddr || !FV->key || !FV->len) {
-        if (v)
-            free(v->offsets);
-        free(v);
-        if (FV) {
-            free(FV->raddr);
-            free(FV->key);
-            free(FV->len);
-        }
-        free(FV);
+        dds_var_free(v);
+        dds_fab_var_free(FV);
         return dds_err(DDS_ENOMEM, "out of memory attaching variable '%s'", hv->name);
     }
     snprintf(v->name, sizeof v->name, "%s", hv->name);
@@ -227,8 +220,7 @@ static int load_vars(dds_store *s)
                     rc = dds_var_append(s, v);
                     if (rc) {
                         dds_fab_var_release(s, v);
-                        free(v->offsets);
-                        free(v);
+                        dds_var_free(v);
                     }
                 }
             }
@@ -346,8 +338,7 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
         if (s) {
             for (int64_t i = 0; i < s->nvars; i++) {
                 dds_fab_var_release(s, s->vars[i]);
-                free(s->vars[i]->offsets);
-                free(s->vars[i]);
+                dds_var_free(s->vars[i]);
             }
             dds_store_destroy(s);
         }

@@ -171,12 +171,23 @@ DDS_HIDDEN void dds_store_destroy(dds_store *s);
 DDS_HIDDEN int dds_store_check(const dds_store *s);
 /* Register/unregister a live store handle. */
 DDS_HIDDEN void dds_store_track(dds_store *s, bool live);
+/* dds_store_check(), then DDS_EINVAL "<what> is NULL" when `out` is NULL. */
+DDS_HIDDEN int dds_store_check_out(const dds_store *s, const void *out, const char *what);
+/* Start of a call that only core stores serve: clears the calling thread's
+ * message, checks the handle, and refuses a reader with DDS_ESTATE "a reader
+ * (dds_join) <refusal>". */
+DDS_HIDDEN int dds_core_begin(const dds_store *s, const char *refusal);
 
 /* Variables and names (vartable.c). */
 /* Look up a variable by name; NULL when absent (no error set). */
 DDS_HIDDEN dds_var *dds_var_find(const dds_store *s, const char *name);
 /* Same, but sets DDS_ENOENT/DDS_EINVAL and returns NULL on failure. */
 DDS_HIDDEN dds_var *dds_var_lookup(const dds_store *s, const char *name);
+/* Same, returning the code: DDS_EINVAL for a bad name, DDS_ENOENT. */
+DDS_HIDDEN int dds_var_get(const dds_store *s, const char *name, dds_var **out);
+/* Free a variable's struct and arrays (not its shard or transport state,
+ * released before); NULL is fine, as are arrays not yet allocated. */
+DDS_HIDDEN void dds_var_free(dds_var *v);
 /* Append a variable to the store (takes ownership). */
 DDS_HIDDEN int dds_var_append(dds_store *s, dds_var *v);
 /* Validate a variable name (length, UTF-8). */

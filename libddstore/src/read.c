@@ -108,9 +108,9 @@ static int read_begin(dds_store *s, const char *name, void *out, int64_t nrows, 
     *live = rc == DDS_OK;
     if (rc)
         return rc;
-    *v = dds_var_lookup(s, name);
-    if (!*v)
-        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
+    rc = dds_var_get(s, name, v);
+    if (rc)
+        return rc;
     if (nrows < 0)
         return dds_err(DDS_EINVAL, "variable '%s': negative row count %lld", name, (long long)nrows);
     if (nrows > 0 && !out)
@@ -284,13 +284,7 @@ static int sync_over(dds_store *s, int kind, int rc)
 
 static int collective_begin(dds_store *s)
 {
-    dds_err_clear();
-    int rc = dds_store_check(s);
-    if (rc)
-        return rc;
-    if (s->is_reader)
-        return dds_err(DDS_ESTATE, "a reader (dds_join) has no epochs or synchronisation");
-    return DDS_OK;
+    return dds_core_begin(s, "has no epochs or synchronisation");
 }
 
 DDS_API int dds_sync(dds_store *s)

@@ -56,6 +56,27 @@ int dds_store_check(const dds_store *s)
     return DDS_OK;
 }
 
+int dds_store_check_out(const dds_store *s, const void *out, const char *what)
+{
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (!out)
+        return dds_err(DDS_EINVAL, "%s is NULL", what);
+    return DDS_OK;
+}
+
+int dds_core_begin(const dds_store *s, const char *refusal)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (s->is_reader)
+        return dds_err(DDS_ESTATE, "a reader (dds_join) %s", refusal);
+    return DDS_OK;
+}
+
 /* Freed store structs wait here (magic cleared) until 64 more stores have
  * been freed: the allocator would otherwise give the next store the same
  * address, and a stale handle would pass dds_store_check() as that new

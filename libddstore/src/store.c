@@ -286,9 +286,7 @@ static void var_destroy(dds_store *s, dds_var *v)
         s->tp->release(s, v);
     if (!s->is_reader)
         dds_shard_release(s, v);
-    free(v->offsets);
-    free(v->peer_base);
-    free(v);
+    dds_var_free(v);
 }
 
 DDS_API int dds_free(dds_store *s)
@@ -338,13 +336,28 @@ DDS_API int dds_free(dds_store *s)
     return DDS_OK;
 }
 
-DDS_API int dds_store_info_get(const dds_store *s, dds_store_info *info)
+/* dds_store_info, dds_var_info and dds_stats_info start with the caller's
+ * `uint32_t size` and are filled up to it (they only grow at their end):
+ * the caller's struct must be there and say its size. */
+static int sized_check(const void *info)
+{
+    if (!info || *(const uint32_t *)info < sizeof(uint32_t))
+        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
+    return DDS_OK;
+}
+
+/* Start of a query of the store into a size-first struct. */
+static int sized_begin(const dds_store *s, const void *info)
 {
     int rc = dds_store_check(s);
+    return rc ? rc : sized_check(info);
+}
+
+DDS_API int dds_store_info_get(const dds_store *s, dds_store_info *info)
+{
+    int rc = sized_begin(s, info);
     if (rc)
         return rc;
-    if (!info || info->size < sizeof(uint32_t))
-        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
     dds_store_info r = { 0 };
     r.size = info->size;
     r.method = s->method;
@@ -456,12 +469,9 @@ static int shard_alloc_cb(dds_store *s, void *v) { return dds_shard_alloc(s, v);
 static int var_create(dds_store *s, const char *name, const void *data, int64_t nrows,
                       int64_t row_bytes, uint32_t dtype, bool need_data)
 {
-    dds_err_clear();
-    int rc = dds_store_check(s);
+    int rc = dds_core_begin(s, "cannot add variables");
     if (rc)
         return rc; /* no communicator to agree over; a freed store is freed on every rank */
-    if (s->is_reader)
-        return dds_err(DDS_ESTATE, "a reader (dds_join) cannot add variables");
     rc = check_new_var(s, name, data, nrows, row_bytes, need_data);
     /* First a tagged step over the group, so that a rank still reading
      * (method 0) meets this add in an error, not in a blocking broadcast. */
@@ -524,11 +534,8 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
     }
     if (rc == DDS_OK)
         rc = dds_var_append(s, v);
-    if (rc && v) {
-        free(v->offsets);
-        free(v->peer_base);
-        free(v);
-    }
+    if (rc)
+        dds_var_free(v);
     return rc;
 }
 
@@ -545,15 +552,13 @@ DDS_API int dds_init(dds_store *s, const char *name, int64_t nrows, int64_t row_
 
 DDS_API int dds_update(dds_store *s, const char *name, const void *data, int64_t nrows, int64_t offset)
 {
-    dds_err_clear();
-    int rc = dds_store_check(s);
+    int rc = dds_core_begin(s, "cannot update variables");
     if (rc)
         return rc;
-    if (s->is_reader)
-        return dds_err(DDS_ESTATE, "a reader (dds_join) cannot update variables");
-    dds_var *v = dds_var_lookup(s, name);
-    if (!v)
-        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
+    dds_var *v;
+    rc = dds_var_get(s, name, &v);
+    if (rc)
+        return rc;
     if (nrows < 0 || offset < 0)
         return dds_err(DDS_EINVAL, "variable '%s': negative row count or offset", name);
     if (offset > v->local_rows || nrows > v->local_rows - offset)
@@ -592,8 +597,9 @@ DDS_API int dds_query(const dds_store *s, const char *name, dds_var_info *info)
     const dds_var *v = query_var(s, name, &rc);
     if (!v)
         return rc;
-    if (!info || info->size < sizeof(uint32_t))
-        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
+    rc = sized_check(info);
+    if (rc)
+        return rc;
     dds_var_info r = { 0 };
     r.size = info->size;
     r.dtype = v->dtype;
@@ -623,33 +629,37 @@ DDS_API int dds_var_offsets(const dds_store *s, const char *name, int64_t *offse
     return DDS_OK;
 }
 
+/* Index in s->vars of listed variable number `index` (generation counters
+ * are not listed), or -1; *listed: how many are listed. The caller holds
+ * vars_lock. */
+static int64_t listed_var(const dds_store *s, int64_t index, int64_t *listed)
+{
+    int64_t visible = 0, at = -1;
+    for (int64_t i = 0; i < s->nvars; i++)
+        if (!dds_gen_hidden(s->vars[i]->name) && visible++ == index)
+            at = i;
+    *listed = visible;
+    return at;
+}
+
 DDS_API int dds_var_count(const dds_store *s, int64_t *count)
 {
-    int rc = dds_store_check(s);
+    int rc = dds_store_check_out(s, count, "count");
     if (rc)
         return rc;
-    if (!count)
-        return dds_err(DDS_EINVAL, "count is NULL");
     pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
-    *count = 0;
-    for (int64_t i = 0; i < s->nvars; i++)
-        *count += !dds_gen_hidden(s->vars[i]->name); /* generation counters are not listed */
+    listed_var(s, -1, count);
     pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
     return DDS_OK;
 }
 
 DDS_API int dds_var_name(const dds_store *s, int64_t index, char *buf, size_t buflen)
 {
-    int rc = dds_store_check(s);
+    int rc = dds_store_check_out(s, buf, "buf");
     if (rc)
         return rc;
-    if (!buf)
-        return dds_err(DDS_EINVAL, "buf is NULL");
     pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
-    int64_t visible = 0, at = -1; /* index counts listed variables only */
-    for (int64_t i = 0; i < s->nvars; i++)
-        if (!dds_gen_hidden(s->vars[i]->name) && visible++ == index)
-            at = i;
+    int64_t visible, at = listed_var(s, index, &visible); /* index counts listed variables only */
     if (index < 0 || at < 0)
         rc = dds_err(DDS_ERANGE, "variable index %lld is out of range [0, %lld)", (long long)index,
                      (long long)visible);
@@ -663,13 +673,10 @@ DDS_API int dds_var_name(const dds_store *s, int64_t index, char *buf, size_t bu
 
 DDS_API int dds_stats(const dds_store *s, dds_stats_info *info)
 {
-    int rc = dds_store_check(s);
+    int rc = sized_begin(s, info);
     if (rc)
         return rc;
-    if (!info || info->size < sizeof(uint32_t))
-        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
-    dds_stats_info r = { 0 };
-    r.size = info->size;
+    dds_stats_info r = { .size = info->size }; /* the rest zero */
     r.read_calls = atomic_load(&s->st_calls);
     r.rows_local = atomic_load(&s->st_rows_local);
     r.rows_remote = atomic_load(&s->st_rows_remote);

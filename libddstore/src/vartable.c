@@ -71,6 +71,23 @@ dds_var *dds_var_lookup(const dds_store *s, const char *name)
     return v;
 }
 
+int dds_var_get(const dds_store *s, const char *name, dds_var **out)
+{
+    *out = dds_var_lookup(s, name);
+    if (*out)
+        return DDS_OK;
+    return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
+}
+
+void dds_var_free(dds_var *v)
+{
+    if (!v)
+        return;
+    free(v->offsets);
+    free(v->peer_base);
+    free(v);
+}
+
 int dds_var_append(dds_store *s, dds_var *v)
 {
     int rc = DDS_OK;

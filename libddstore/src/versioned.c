@@ -10,12 +10,9 @@
 DDS_API int dds_init_versioned(dds_store *s, const char *name, int64_t nrows, int64_t row_bytes,
                                uint32_t dtype, int64_t block_rows)
 {
-    dds_err_clear();
-    int rc = dds_store_check(s);
+    int rc = dds_core_begin(s, "cannot add variables");
     if (rc)
         return rc; /* no communicator to agree over */
-    if (s->is_reader)
-        return dds_err(DDS_ESTATE, "a reader (dds_join) cannot add variables");
     char cname[DDS_NAME_MAX + 1];
     rc = dds_check_name(name);
     if (rc == DDS_OK)
@@ -77,20 +74,29 @@ DDS_API int dds_init_versioned(dds_store *s, const char *name, int64_t nrows, in
     return DDS_OK;
 }
 
-DDS_API int dds_var_block_rows(dds_store *s, const char *name, int64_t *block_rows)
+/* Start of a query of a versioned variable: clears the calling thread's
+ * message, checks the handle and that the out-parameter `what` is set. */
+static int query_begin(dds_store *s, const void *out, const char *what)
 {
     dds_err_clear();
-    int rc = dds_store_check(s);
+    return dds_store_check_out(s, out, what);
+}
+
+/* *v: the variable `name`; *gen: its counters, NULL when not versioned. */
+static int versioned_var(dds_store *s, const char *name, dds_var **v, dds_var **gen)
+{
+    int rc = dds_var_get(s, name, v);
+    return rc ? rc : dds_gen_of(s, *v, gen);
+}
+
+DDS_API int dds_var_block_rows(dds_store *s, const char *name, int64_t *block_rows)
+{
+    int rc = query_begin(s, block_rows, "block_rows");
     if (rc)
         return rc;
-    if (!block_rows)
-        return dds_err(DDS_EINVAL, "block_rows is NULL");
     *block_rows = 0;
-    dds_var *v = dds_var_lookup(s, name);
-    if (!v)
-        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
-    dds_var *gen;
-    rc = dds_gen_of(s, v, &gen);
+    dds_var *v, *gen;
+    rc = versioned_var(s, name, &v, &gen);
     if (rc == DDS_OK && gen)
         *block_rows = v->gen_block_rows;
     return rc;
@@ -98,17 +104,11 @@ DDS_API int dds_var_block_rows(dds_store *s, const char *name, int64_t *block_ro
 
 DDS_API int dds_generation(dds_store *s, const char *name, int64_t row, uint64_t *out)
 {
-    dds_err_clear();
-    int rc = dds_store_check(s);
+    int rc = query_begin(s, out, "gen");
     if (rc)
         return rc;
-    if (!out)
-        return dds_err(DDS_EINVAL, "gen is NULL");
-    dds_var *v = dds_var_lookup(s, name);
-    if (!v)
-        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
-    dds_var *gen;
-    rc = dds_gen_of(s, v, &gen);
+    dds_var *v, *gen;
+    rc = versioned_var(s, name, &v, &gen);
     if (rc)
         return rc;
     if (!gen)
