@@ -15,7 +15,10 @@
  * raise together; a rank whose peers never arrive gives up after
  * DDSTORE_COLLECTIVE_TIMEOUT_S instead of waiting for ever. A rank in
  * free() that meets reads takes part in them, so unequal numbers of reads
- * before free() simply work. */
+ * before free() simply work.
+ *
+ * The plain agreement dds_agree() (untagged, unbounded) is here too, at the
+ * end: both are the ground floor of every collective call. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,4 +220,41 @@ int dds_step(dds_store *s, int kind, int rc, bool *served)
         return drc;
     }
     return failing >= 0 ? spread_error(s, rc, failing) : DDS_OK;
+}
+
+/* ---- plain agreement --------------------------------------------------------
+ * The untagged, unbounded form, for steps that every rank reaches by
+ * construction (create, add after its tagged step, shard allocation). */
+
+int dds_agree(MPI_Comm comm, int rc)
+{
+    int rank;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
+        return dds_err(DDS_EMPI, "MPI_Comm_rank failed while agreeing on a result");
+    struct { int ok; int rank; } in = { rc == DDS_OK ? 1 : 0, rank }, out;
+    int mrc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, comm);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Allreduce (agreement)");
+    if (out.ok)
+        return DDS_OK;
+    /* The lowest failing rank tells everyone its code and message, so every
+     * rank reports the same error. */
+    size_t len;
+    char *buf = dds_err_buf(&len);
+    char msg[1024 + 32];
+    int code = rc;
+    if (rank == out.rank) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s", buf);
+        snprintf(msg, sizeof msg, "%s", tmp);
+    }
+    mrc = MPI_Bcast(&code, 1, MPI_INT, out.rank, comm);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Bcast(msg, 1024, MPI_CHAR, out.rank, comm);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Bcast (agreement)");
+    msg[1023] = '\0';
+    if (rank == out.rank)
+        return code;
+    return dds_err(code, "rank %d: %s", out.rank, msg);
 }

@@ -234,6 +234,28 @@ static size_t env_count(const char *name, size_t dflt, size_t max)
     return (size_t)v;
 }
 
+/* An endpoint on F's domain bound to address vector `av` and completion
+ * queue `cq`, enabled: the initiator endpoint, or a core rank's target
+ * endpoint (`target`, named so in messages). */
+static int open_ep(struct dds_fabric *F, struct fid_av *av, struct fid_cq *cq, struct fid_ep **ep, bool target)
+{
+    char what[64];
+    int rc;
+    if ((rc = fi_endpoint(F->domain, F->info, ep, NULL)))
+        return dds_fab_err(rc, target ? "fi_endpoint (target)" : "fi_endpoint");
+    if ((rc = fi_ep_bind(*ep, &av->fid, 0))) {
+        snprintf(what, sizeof what, "fi_ep_bind (%saddress vector)", target ? "target " : "");
+        return dds_fab_err(rc, what);
+    }
+    if ((rc = fi_ep_bind(*ep, &cq->fid, FI_TRANSMIT | FI_RECV))) {
+        snprintf(what, sizeof what, "fi_ep_bind (%scompletion queue)", target ? "target " : "");
+        return dds_fab_err(rc, what);
+    }
+    if ((rc = enable_ep(*ep)))
+        return dds_fab_err(rc, target ? "fi_enable (target)" : "fi_enable");
+    return DDS_OK;
+}
+
 /* Open fabric, domain and the initiator endpoint for provider `prov`. */
 int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_format)
 {
@@ -299,15 +321,7 @@ int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_fo
         if ((rc = fi_cq_open(F->domain, &cqa, &F->cq, NULL)))
             return dds_fab_err(rc, "fi_cq_open");
     }
-    if ((rc = fi_endpoint(F->domain, F->info, &F->ep, NULL)))
-        return dds_fab_err(rc, "fi_endpoint");
-    if ((rc = fi_ep_bind(F->ep, &F->av->fid, 0)))
-        return dds_fab_err(rc, "fi_ep_bind (address vector)");
-    if ((rc = fi_ep_bind(F->ep, &F->cq->fid, FI_TRANSMIT | FI_RECV)))
-        return dds_fab_err(rc, "fi_ep_bind (completion queue)");
-    if ((rc = enable_ep(F->ep)))
-        return dds_fab_err(rc, "fi_enable");
-    return DDS_OK;
+    return open_ep(F, F->av, F->cq, &F->ep, false);
 }
 
 /* Does the target need to poll for peers' reads to complete? Providers
@@ -351,14 +365,8 @@ static int open_target(struct dds_fabric *F, bool progress)
     }
     if (!F->t_cq && (rc = fi_cq_open(F->domain, &cqa, &F->t_cq, NULL)))
         return dds_fab_err(rc, "fi_cq_open (target)");
-    if ((rc = fi_endpoint(F->domain, F->info, &F->t_ep, NULL)))
-        return dds_fab_err(rc, "fi_endpoint (target)");
-    if ((rc = fi_ep_bind(F->t_ep, &F->t_av->fid, 0)))
-        return dds_fab_err(rc, "fi_ep_bind (target address vector)");
-    if ((rc = fi_ep_bind(F->t_ep, &F->t_cq->fid, FI_TRANSMIT | FI_RECV)))
-        return dds_fab_err(rc, "fi_ep_bind (target completion queue)");
-    if ((rc = enable_ep(F->t_ep)))
-        return dds_fab_err(rc, "fi_enable (target)");
+    if ((rc = open_ep(F, F->t_av, F->t_cq, &F->t_ep, true)))
+        return rc;
     F->poll_us = 1000;
     const char *p = dds_env("DDSTORE_FABRIC_POLL_US");
     if (p) {
@@ -474,30 +482,21 @@ void dds_fab_free(struct dds_fabric *F)
         if (F->recv[i].mr)
             fi_close(&F->recv[i].mr->fid);
     free(F->recv);
-    if (F->ep)
-        fi_close(&F->ep->fid);
-    if (F->t_ep)
-        fi_close(&F->t_ep->fid);
-    if (F->cq)
-        fi_close(&F->cq->fid);
-    if (F->t_cq)
-        fi_close(&F->t_cq->fid);
-    if (F->av)
-        fi_close(&F->av->fid);
-    if (F->t_av)
-        fi_close(&F->t_av->fid);
-    if (F->domain)
-        fi_close(&F->domain->fid);
-    if (F->fabric)
-        fi_close(&F->fabric->fid);
+    /* Endpoints before the queues and address vectors bound to them, all
+     * before their domain and fabric: the order libfabric wants. */
+    struct fid *fids[] = { F->ep ? &F->ep->fid : NULL,         F->t_ep ? &F->t_ep->fid : NULL,
+                           F->cq ? &F->cq->fid : NULL,         F->t_cq ? &F->t_cq->fid : NULL,
+                           F->av ? &F->av->fid : NULL,         F->t_av ? &F->t_av->fid : NULL,
+                           F->domain ? &F->domain->fid : NULL, F->fabric ? &F->fabric->fid : NULL };
+    for (size_t i = 0; i < sizeof fids / sizeof *fids; i++)
+        if (fids[i])
+            fi_close(fids[i]);
     if (F->info)
         fi_freeinfo(F->info);
-    if (F->lock_fd >= 0)
-        close(F->lock_fd);
-    if (F->live_fd >= 0)
-        close(F->live_fd);
-    if (F->dirfd >= 0)
-        close(F->dirfd);
+    int fds[] = { F->lock_fd, F->live_fd, F->dirfd };
+    for (size_t i = 0; i < sizeof fds / sizeof *fds; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
     free(F->pubdir);
     free(F->peer);
     pthread_mutex_destroy(&F->cq_lock);
@@ -546,7 +545,8 @@ int dds_fab_open(dds_store *s)
             int node_size = s->group_size;
             if (s->node != MPI_COMM_NULL)
                 MPI_Comm_size(s->node, &node_size);
-            rc = choose_auto(s->method == 1 && node_size == s->group_size, chosen, sizeof chosen);
+            rc = choose_auto(s->method == DDS_METHOD_FABRIC && node_size == s->group_size, chosen,
+                             sizeof chosen);
         }
     }
     rc = dds_agree(s->group, rc);
@@ -606,7 +606,7 @@ int dds_fab_open(dds_store *s)
         rc = start_progress(F);
         rc = dds_agree(s->group, rc);
     }
-    if (rc == DDS_OK && s->method == 2) {
+    if (rc == DDS_OK && s->method == DDS_METHOD_FILE) {
         int n_groups = s->size / s->width;
         size_t plen = strlen(s->handshake_dir) + 32;
         F->pubdir = malloc(plen);
@@ -651,8 +651,32 @@ int dds_fab_open(dds_store *s)
                   F->info->domain_attr->name ? F->info->domain_attr->name : "?",
                   (unsigned long long)F->mr_mode, F->inflight, F->iov, F->serialize ? "serialized" : "shared endpoint",
                   progress_name(F->progress),
-                  s->method == 2 ? ", handshake in " : "", s->method == 2 ? F->pubdir : "");
+                  s->method == DDS_METHOD_FILE ? ", handshake in " : "",
+                  s->method == DDS_METHOD_FILE ? F->pubdir : "");
     return DDS_OK;
+}
+
+void dds_fab_var_free(struct dds_fabric_var *FV)
+{
+    if (!FV)
+        return;
+    if (FV->mr)
+        fi_close(&FV->mr->fid);
+    free(FV->raddr);
+    free(FV->key);
+    free(FV->len);
+    free(FV);
+}
+
+/* Method 2: group rank 0 removes the variable's file, so that no reader
+ * attaches to memory about to be released. */
+static void unpublish_var(const dds_store *s, struct dds_fabric *F, const struct dds_fabric_var *FV)
+{
+    if (FV->published && s->group_rank == 0 && F->dirfd >= 0) {
+        char fname[32];
+        dds_fab_var_file_name(FV->index, fname);
+        unlinkat(F->dirfd, fname, 0);
+    }
 }
 
 int dds_fab_var_expose(dds_store *s, dds_var *v)
@@ -693,7 +717,7 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
             rc = dds_err(DDS_ENOTSUP, "provider %s gives no usable memory key (FI_MR_RAW)", F->prov);
         rc = dds_agree(s->group, rc);
     }
-    if (rc == DDS_OK && s->method == 2) {
+    if (rc == DDS_OK && s->method == DDS_METHOD_FILE) {
         FV->index = F->next_var_index++;
         if (s->group_rank == 0) {
             dds_hs_var hv;
@@ -729,19 +753,9 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
     }
     free(mine_all);
     if (rc) {
-        if (FV) {
-            if (FV->published && s->group_rank == 0 && F->dirfd >= 0) {
-                char fname[32];
-                dds_fab_var_file_name(FV->index, fname);
-                unlinkat(F->dirfd, fname, 0);
-            }
-            if (FV->mr)
-                fi_close(&FV->mr->fid);
-            free(FV->raddr);
-            free(FV->key);
-            free(FV->len);
-            free(FV);
-        }
+        if (FV)
+            unpublish_var(s, F, FV);
+        dds_fab_var_free(FV);
         return rc;
     }
     v->fab = FV;
@@ -757,20 +771,12 @@ void dds_fab_var_release(dds_store *s, dds_var *v)
     if (!s->is_reader) {
         /* Peers may still be reading this shard until they, too, are here. */
         MPI_Barrier(s->group);
-        if (F && FV->published && s->group_rank == 0 && F->dirfd >= 0) {
-            char fname[32];
-            dds_fab_var_file_name(FV->index, fname);
-            unlinkat(F->dirfd, fname, 0);
-        }
-        if (F)
+        if (F) {
+            unpublish_var(s, F, FV);
             quiesce_progress(F);
+        }
     }
-    if (FV->mr)
-        fi_close(&FV->mr->fid);
-    free(FV->raddr);
-    free(FV->key);
-    free(FV->len);
-    free(FV);
+    dds_fab_var_free(FV);
     v->fab = NULL;
 }
 

@@ -5,9 +5,13 @@
  *  - fabric_read.c: reads (completion queue, waits, timeouts) and receive
  *    buffers;
  *  - fabric_publish.c: method-2 publication and run tokens;
+ *  - fabric_transport.c: the transport table (dds_transport_fabric) over
+ *    fabric.c and fabric_read.c;
  *  - fabric_join.c: method-2 readers (join, attach).
  * Calls go one way only: fabric_join.c and fabric_read.c call fabric.c and
- * fabric_publish.c; fabric.c calls fabric_publish.c, which calls neither. */
+ * fabric_publish.c; fabric.c calls fabric_publish.c, which calls neither;
+ * fabric_join.c takes the table from fabric_transport.c
+ * (tests/c/check-layering.py checks that no cycle appears). */
 #ifndef DDSTORE_FABRIC_INTERNAL_H
 #define DDSTORE_FABRIC_INTERNAL_H
 
@@ -127,6 +131,9 @@ DDS_HIDDEN int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint3
 DDS_HIDDEN int dds_fab_reg_mr(struct dds_fabric *F, void *buf, size_t len, uint64_t access, struct fid_ep *ep,
                               struct fid_mr **mr);
 DDS_HIDDEN void dds_fab_free(struct dds_fabric *F);
+/* Free a variable's transport state: its registration, arrays, struct
+ * (NULL, and arrays not yet allocated, are fine). */
+DDS_HIDDEN void dds_fab_var_free(struct dds_fabric_var *FV);
 DDS_HIDDEN int dds_fab_insert_peers(struct dds_fabric *F, int n, uint8_t *const *addr);
 
 /* ---- fabric_publish.c ------------------------------------------------------------- */

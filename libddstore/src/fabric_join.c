@@ -104,15 +104,8 @@ static int make_reader_var(const struct dds_fabric *F, const dds_hs_var *hv, dds
         FV->len = calloc((size_t)n, sizeof *FV->len);
     }
     if (!v || !FV || !v->offsets || !FV->raddr || !FV->key || !FV->len) {
-        if (v)
-            free(v->offsets);
-        free(v);
-        if (FV) {
-            free(FV->raddr);
-            free(FV->key);
-            free(FV->len);
-        }
-        free(FV);
+        dds_var_free(v);
+        dds_fab_var_free(FV);
         return dds_err(DDS_ENOMEM, "out of memory attaching variable '%s'", hv->name);
     }
     snprintf(v->name, sizeof v->name, "%s", hv->name);
@@ -227,8 +220,7 @@ static int load_vars(dds_store *s)
                     rc = dds_var_append(s, v);
                     if (rc) {
                         dds_fab_var_release(s, v);
-                        free(v->offsets);
-                        free(v);
+                        dds_var_free(v);
                     }
                 }
             }
@@ -296,11 +288,11 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
     }
 
     struct dds_fabric *F = calloc(1, sizeof *F);
-    dds_store *s = calloc(1, sizeof *s);
+    dds_store *s = dds_store_alloc(); /* the constructor of core stores: one place sets up a handle */
     int rc = (F && s) ? DDS_OK : dds_err(DDS_ENOMEM, "out of memory joining '%s'", dir);
     if (F) {
         dds_fab_init_struct(F);
-        F->method = 2;
+        F->method = DDS_METHOD_FILE;
         F->is_reader = true;
         F->dirfd = dirfd;
         dirfd = -1;
@@ -322,17 +314,15 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
     if (rc == DDS_OK)
         rc = dds_fab_insert_peers(F, (int)f.store.n_core, f.store.addr);
     if (rc == DDS_OK) {
-        s->magic = DDS_STORE_MAGIC;
         s->is_reader = true;
-        s->method = 2;
-        s->comm = s->group = s->node = MPI_COMM_NULL;
+        s->method = DDS_METHOD_FILE;
+        s->tp = &dds_transport_fabric;
         s->rank = -1;
         s->size = 0;
         s->width = (int)f.store.n_core;
         s->group_rank = -1;
         s->group_index = -1;
         s->group_size = (int)f.store.n_core;
-        pthread_rwlock_init(&s->vars_lock, NULL);
         s->fabric_name = strdup(F->prov);
         s->handshake_dir = strdup(dir);
         if (!s->fabric_name || !s->handshake_dir)
@@ -348,15 +338,9 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
         if (s) {
             for (int64_t i = 0; i < s->nvars; i++) {
                 dds_fab_var_release(s, s->vars[i]);
-                free(s->vars[i]->offsets);
-                free(s->vars[i]);
+                dds_var_free(s->vars[i]);
             }
-            free(s->vars);
-            free(s->fabric_name);
-            free(s->handshake_dir);
-            if (s->magic == DDS_STORE_MAGIC)
-                pthread_rwlock_destroy(&s->vars_lock);
-            free(s);
+            dds_store_destroy(s);
         }
         dds_fab_free(F);
         return rc;

@@ -1,4 +1,7 @@
 /* Versioned variables: rows rewritten while they are read, never seen torn.
+ * This file holds the machinery (counter lookup, checked reads, counted
+ * writes) used by read.c and dds_update; the public functions that make
+ * and query versioned variables are in versioned.c.
  *
  * Each versioned variable `x` has a hidden companion variable
  * "x\x1fgen" of 8-byte rows, made by the ordinary dds_init() so that it
@@ -26,7 +29,6 @@
 
 #include "internal.h"
 
-#define GEN_ROW_BYTES 8
 #define DEFAULT_RETRIES 1000
 
 static pthread_mutex_t lookup_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -37,8 +39,7 @@ bool dds_gen_hidden(const char *name)
     return n > k && memcmp(name + n - k, DDS_GEN_SUFFIX, k) == 0;
 }
 
-/* Companion name of `name`; DDS_EINVAL when it would be too long. */
-static int gen_name(const char *name, char out[DDS_NAME_MAX + 1])
+int dds_gen_name(const char *name, char out[DDS_NAME_MAX + 1])
 {
     size_t n = strlen(name), k = sizeof DDS_GEN_SUFFIX - 1;
     if (n + k > DDS_NAME_MAX)
@@ -49,7 +50,7 @@ static int gen_name(const char *name, char out[DDS_NAME_MAX + 1])
     return DDS_OK;
 }
 
-static int64_t blocks_of(int64_t rows, int64_t block_rows)
+int64_t dds_gen_blocks(int64_t rows, int64_t block_rows)
 {
     return rows == 0 ? 0 : (rows - 1) / block_rows + 1;
 }
@@ -63,7 +64,7 @@ static int reader_lookup(dds_store *s, dds_var *v, dds_var **out)
     int rc = DDS_OK;
     if (atomic_load(&v->gen_looked_up))
         goto done;
-    if (dds_gen_hidden(v->name) || gen_name(v->name, cname) != DDS_OK) {
+    if (dds_gen_hidden(v->name) || dds_gen_name(v->name, cname) != DDS_OK) {
         dds_err_clear();
         atomic_store(&v->gen_looked_up, 1);
         goto done;
@@ -80,8 +81,8 @@ static int reader_lookup(dds_store *s, dds_var *v, dds_var **out)
     }
     if (c) {
         uint64_t b = 0;
-        dds_read_op op = { .owner = 0, .src_offset = 0, .len = GEN_ROW_BYTES, .dst = (char *)&b };
-        rc = c->row_bytes == GEN_ROW_BYTES ? dds_read_ops(s, c, &op, 1)
+        dds_read_op op = { .owner = 0, .src_offset = 0, .len = DDS_GEN_ROW_BYTES, .dst = (char *)&b };
+        rc = c->row_bytes == DDS_GEN_ROW_BYTES ? dds_read_ops(s, c, &op, 1, false)
                                            : dds_err(DDS_EPROTO, "variable '%s': its generation counters "
                                                      "have %lld-byte rows, not 8", v->name,
                                                      (long long)c->row_bytes);
@@ -95,7 +96,7 @@ static int reader_lookup(dds_store *s, dds_var *v, dds_var **out)
         for (int g = 0; g < s->group_size; g++) {
             int64_t rows = v->offsets[g + 1] - v->offsets[g];
             int64_t have = c->offsets[g + 1] - c->offsets[g];
-            if (have != 1 + blocks_of(rows, (int64_t)b)) {
+            if (have != 1 + dds_gen_blocks(rows, (int64_t)b)) {
                 rc = dds_err(DDS_EPROTO, "variable '%s': core rank %d publishes %lld generation counters "
                              "for %lld rows in blocks of %llu", v->name, g, (long long)have - 1,
                              (long long)rows, (unsigned long long)b);
@@ -200,8 +201,8 @@ int dds_gen_read(dds_store *s, dds_var *v, dds_var *gen, const dds_read_op *ops,
             int64_t b0, b1;
             op_blocks(v, &ops[i], &b0, &b1);
             dds_read_op g = { .owner = ops[i].owner,
-                              .src_offset = (1 + b0) * GEN_ROW_BYTES,
-                              .len = (b1 - b0 + 1) * GEN_ROW_BYTES };
+                              .src_offset = (1 + b0) * DDS_GEN_ROW_BYTES,
+                              .len = (b1 - b0 + 1) * DDS_GEN_ROW_BYTES };
             gops[j] = g;
             gops[j].dst = (char *)(g1 + first[i]);
             gops[nops + j] = g;
@@ -210,13 +211,13 @@ int dds_gen_read(dds_store *s, dds_var *v, dds_var *gen, const dds_read_op *ops,
         }
         /* Each step is complete on return; the fences keep the compiler and
          * the CPU from moving local copies of one step into another. */
-        rc = dds_read_ops(s, gen, gops, npending);
+        rc = dds_read_ops(s, gen, gops, npending, false);
         atomic_thread_fence(memory_order_acquire);
         if (rc == DDS_OK)
-            rc = dds_read_ops(s, v, dops, npending);
+            rc = dds_read_ops(s, v, dops, npending, false);
         atomic_thread_fence(memory_order_acquire);
         if (rc == DDS_OK)
-            rc = dds_read_ops(s, gen, gops + nops, npending);
+            rc = dds_read_ops(s, gen, gops + nops, npending, false);
         if (rc)
             break;
         size_t still = 0;
@@ -245,7 +246,7 @@ int dds_gen_write(dds_store *s, dds_var *v, dds_var *gen, const void *data, int6
 {
     int64_t b0 = offset / v->gen_block_rows, b1 = (offset + nrows - 1) / v->gen_block_rows;
     uint64_t *ctr = (uint64_t *)gen->base + 1;
-    size_t goff = (size_t)(1 + b0) * GEN_ROW_BYTES, glen = (size_t)(b1 - b0 + 1) * GEN_ROW_BYTES;
+    size_t goff = (size_t)(1 + b0) * DDS_GEN_ROW_BYTES, glen = (size_t)(b1 - b0 + 1) * DDS_GEN_ROW_BYTES;
     size_t doff = (size_t)(offset * v->row_bytes), dlen = (size_t)(nrows * v->row_bytes);
     dds_shard_write_lock(true);
     int rc = dds_shard_open(gen, goff, glen, true);
@@ -257,143 +258,20 @@ int dds_gen_write(dds_store *s, dds_var *v, dds_var *gen, const void *data, int6
             for (int64_t b = b0; b <= b1; b++)
                 __atomic_store_n(&ctr[b], __atomic_load_n(&ctr[b], __ATOMIC_RELAXED) | 1u, __ATOMIC_RELAXED);
             atomic_thread_fence(memory_order_seq_cst);
-            if (s->method == 0)
-                rc = dds_rma_sync_local(s, gen);
+            if (s->tp->sync)
+                rc = s->tp->sync(s, gen);
             memcpy(v->base + doff, data, dlen);
             atomic_thread_fence(memory_order_release);
-            if (s->method == 0 && rc == DDS_OK)
-                rc = dds_rma_sync_local(s, v);
+            if (s->tp->sync && rc == DDS_OK)
+                rc = s->tp->sync(s, v);
             for (int64_t b = b0; b <= b1; b++)
                 __atomic_store_n(&ctr[b], __atomic_load_n(&ctr[b], __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
-            if (s->method == 0 && rc == DDS_OK)
-                rc = dds_rma_sync_local(s, gen);
+            if (s->tp->sync && rc == DDS_OK)
+                rc = s->tp->sync(s, gen);
             dds_shard_open(v, doff, dlen, false);
         }
         dds_shard_open(gen, goff, glen, false);
     }
     dds_shard_write_lock(false);
-    return rc;
-}
-
-/* ---- public functions ------------------------------------------------------------ */
-
-DDS_API int dds_init_versioned(dds_store *s, const char *name, int64_t nrows, int64_t row_bytes,
-                               uint32_t dtype, int64_t block_rows)
-{
-    dds_err_clear();
-    int rc = dds_store_check(s);
-    if (rc)
-        return rc; /* no communicator to agree over */
-    if (s->is_reader)
-        return dds_err(DDS_ESTATE, "a reader (dds_join) cannot add variables");
-    char cname[DDS_NAME_MAX + 1];
-    rc = dds_check_name(name);
-    if (rc == DDS_OK)
-        rc = gen_name(name, cname);
-    if (rc == DDS_OK && dds_gen_hidden(name))
-        rc = dds_err(DDS_EINVAL, "variable name '%s' ends in the suffix reserved for generation counters",
-                     name);
-    if (rc == DDS_OK && block_rows < 1)
-        rc = dds_err(DDS_EINVAL, "versioned variable '%s': block_rows must be at least 1 (got %lld)", name,
-                     (long long)block_rows);
-    if (rc == DDS_OK && nrows < 0)
-        rc = dds_err(DDS_EINVAL, "variable '%s': negative row count %lld", name, (long long)nrows);
-    if (rc == DDS_OK && row_bytes < 1)
-        rc = dds_err(DDS_EINVAL, "variable '%s': bytes per row must be at least 1 (got %lld)", name,
-                     (long long)row_bytes);
-    if (rc == DDS_OK && nrows > 0 && row_bytes > INT64_MAX / nrows)
-        rc = dds_err(DDS_EOVERFLOW, "variable '%s': %lld rows x %lld bytes overflows 2^63", name,
-                     (long long)nrows, (long long)row_bytes);
-    if (rc == DDS_OK && (dds_var_find(s, name) || dds_var_find(s, cname)))
-        rc = dds_err(DDS_EEXIST, "variable '%s' already exists", name);
-    /* Everything dds_init() would check across ranks, checked before the
-     * counters are made, so that a mismatch leaves nothing behind. */
-    int64_t mine[6] = { rc == DDS_OK ? 0 : -1, row_bytes, -row_bytes, (int64_t)dtype, -(int64_t)dtype,
-                        block_rows }, all[6];
-    int64_t mine_b = -block_rows, all_b;
-    int mrc = MPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_MIN, s->comm);
-    if (mrc == MPI_SUCCESS)
-        mrc = MPI_Allreduce(&mine_b, &all_b, 1, MPI_INT64_T, MPI_MIN, s->comm);
-    if (mrc != MPI_SUCCESS && rc == DDS_OK)
-        rc = dds_err_mpi(mrc, "MPI_Allreduce (versioned variable)");
-    if (rc == DDS_OK && all[0] == 0 && (all[1] != -all[2] || all[3] != -all[4] || all[5] != -all_b))
-        rc = dds_err(DDS_EMISMATCH, "versioned variable '%s': ranks disagree on row_bytes (%lld to %lld), "
-                     "dtype (%lld to %lld) or block_rows (%lld to %lld)", name, (long long)all[1],
-                     (long long)-all[2], (long long)all[3], (long long)-all[4], (long long)all[5],
-                     (long long)-all_b);
-    rc = dds_agree(s->comm, rc);
-    if (rc)
-        return rc;
-
-    int64_t nblocks = blocks_of(nrows, block_rows);
-    rc = dds_init(s, cname, 1 + nblocks, GEN_ROW_BYTES, DDS_DTYPE_UINT64);
-    if (rc)
-        return rc;
-    dds_var *c = dds_var_find(s, cname);
-    uint64_t header = (uint64_t)block_rows;
-    rc = c ? dds_shard_write(c, 0, &header, sizeof header) : dds_err(DDS_ESTATE, "counters of '%s' vanished", name);
-    if (rc == DDS_OK && s->method == 0)
-        rc = dds_rma_sync_local(s, c);
-    rc = dds_agree(s->comm, rc);
-    if (rc)
-        return rc;
-    rc = dds_init(s, name, nrows, row_bytes, dtype); /* its last step is a barrier: header visible */
-    if (rc)
-        return rc;
-    dds_var *v = dds_var_find(s, name);
-    v->gen_block_rows = block_rows;
-    atomic_store(&v->gen_looked_up, 1);
-    atomic_store_explicit(&v->gen, c, memory_order_release);
-    return DDS_OK;
-}
-
-DDS_API int dds_var_block_rows(dds_store *s, const char *name, int64_t *block_rows)
-{
-    dds_err_clear();
-    int rc = dds_store_check(s);
-    if (rc)
-        return rc;
-    if (!block_rows)
-        return dds_err(DDS_EINVAL, "block_rows is NULL");
-    *block_rows = 0;
-    dds_var *v = dds_var_lookup(s, name);
-    if (!v)
-        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
-    dds_var *gen;
-    rc = dds_gen_of(s, v, &gen);
-    if (rc == DDS_OK && gen)
-        *block_rows = v->gen_block_rows;
-    return rc;
-}
-
-DDS_API int dds_generation(dds_store *s, const char *name, int64_t row, uint64_t *out)
-{
-    dds_err_clear();
-    int rc = dds_store_check(s);
-    if (rc)
-        return rc;
-    if (!out)
-        return dds_err(DDS_EINVAL, "gen is NULL");
-    dds_var *v = dds_var_lookup(s, name);
-    if (!v)
-        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
-    dds_var *gen;
-    rc = dds_gen_of(s, v, &gen);
-    if (rc)
-        return rc;
-    if (!gen)
-        return dds_err(DDS_EINVAL, "variable '%s' is not versioned (create it with dds_init_versioned)", name);
-    int64_t total = v->offsets[s->group_size];
-    if (row < 0 || row >= total)
-        return dds_err(DDS_ERANGE, "variable '%s': row %lld is outside [0, %lld)", name, (long long)row,
-                       (long long)total);
-    int owner = dds_owner_of(v, s->group_size, row);
-    int64_t b = (row - v->offsets[owner]) / v->gen_block_rows;
-    uint64_t g = 0;
-    dds_read_op op = { .owner = owner, .src_offset = (1 + b) * GEN_ROW_BYTES, .len = GEN_ROW_BYTES,
-                       .dst = (char *)&g };
-    rc = dds_read_ops(s, gen, &op, 1);
-    if (rc == DDS_OK)
-        *out = g;
     return rc;
 }

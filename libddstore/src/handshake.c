@@ -75,14 +75,6 @@ static void w_str(wbuf *w, const char *s)
     w_bytes(w, s, n);
 }
 
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 static void put_u64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
@@ -194,35 +186,29 @@ static int r_need(rbuf *r, size_t n, const char *field)
     return 1;
 }
 
-static int r_u16(rbuf *r, uint16_t *v, const char *field)
+/* An unsigned little-endian integer of `n` bytes (2, 4 or 8) into *v, a
+ * uint16_t, uint32_t or uint64_t to match; *v is left alone when the
+ * buffer is too short. */
+static int r_uint(rbuf *r, void *v, size_t n, const char *field)
 {
-    if (!r_need(r, 2, field))
+    if (!r_need(r, n, field))
         return 0;
-    *v = (uint16_t)(r->p[r->off] | (r->p[r->off + 1] << 8));
-    r->off += 2;
+    uint64_t x = 0;
+    for (size_t i = n; i-- > 0;)
+        x = (x << 8) | r->p[r->off + i];
+    if (n == 2)
+        *(uint16_t *)v = (uint16_t)x;
+    else if (n == 4)
+        *(uint32_t *)v = (uint32_t)x;
+    else
+        *(uint64_t *)v = x;
+    r->off += n;
     return 1;
 }
 
-static int r_u32(rbuf *r, uint32_t *v, const char *field)
-{
-    if (!r_need(r, 4, field))
-        return 0;
-    uint32_t x = 0;
-    for (int i = 3; i >= 0; i--)
-        x = (x << 8) | r->p[r->off + (size_t)i];
-    *v = x;
-    r->off += 4;
-    return 1;
-}
-
-static int r_u64(rbuf *r, uint64_t *v, const char *field)
-{
-    if (!r_need(r, 8, field))
-        return 0;
-    *v = get_u64(r->p + r->off);
-    r->off += 8;
-    return 1;
-}
+static int r_u16(rbuf *r, uint16_t *v, const char *field) { return r_uint(r, v, 2, field); }
+static int r_u32(rbuf *r, uint32_t *v, const char *field) { return r_uint(r, v, 4, field); }
+static int r_u64(rbuf *r, uint64_t *v, const char *field) { return r_uint(r, v, 8, field); }
 
 /* A string of at most `max` bytes, printable ASCII only when `ascii`, no NUL. */
 static int r_str(rbuf *r, char *dst, size_t max, int ascii, const char *field)

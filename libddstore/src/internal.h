@@ -64,13 +64,67 @@ typedef struct dds_read_op {
     char *dst;
 } dds_read_op;
 
+/* ---- transports ---------------------------------------------------------------
+ * How shards are exposed to other processes and read from them: one table
+ * per transport, chosen once when a store is made (dds_create by method,
+ * dds_join: libfabric), so that no other code asks which method is in use.
+ * Instances: dds_transport_rma (rma.c, method 0) and dds_transport_fabric
+ * (fabric_transport.c, methods 1 and 2; nofabric.c without libfabric).
+ * Size first, as libfabric's ops tables: `size` is sizeof(dds_transport)
+ * where the instance was filled in, so that operations added at the end
+ * can be tested for. A NULL operation is one the transport does not need:
+ * the caller skips it, which succeeds. */
+typedef struct dds_transport {
+    size_t size;
+    const char *name;
+    /* Shards on whole pages of their own, read-only between writes
+     * (protect.c): the memory is registered for remote reads, and a stray
+     * local write must fault rather than change what others read. */
+    bool page_shards;
+    /* Batched reads are group-collective where the group is not wholly in
+     * node shared memory: the transport may need the target inside its
+     * library to serve a read (read.c). */
+    bool collective_reads;
+    /* Open for a core store being created (after the shared-memory probe).
+     * Collective over s->comm; returns an agreed result and leaves nothing
+     * open when it fails. */
+    int (*open)(dds_store *s);
+    /* Close (dds_free, also of readers): withdraw, stop threads. Local. */
+    void (*close)(dds_store *s);
+    /* Make v's shards, just allocated, reachable by the group, inside the
+     * window lock (dds_shard_alloc). Collective over s->group; returns a
+     * result agreed over it; on failure the caller releases the shard. */
+    int (*map_shard)(dds_store *s, dds_var *v);
+    /* Expose v's shard once its rows are written (add/init): registration,
+     * key exchange, publication. Collective over s->group. */
+    int (*expose)(dds_store *s, dds_var *v);
+    /* Release what expose made; a no-op where it made nothing. Set
+     * wherever expose is. Collective over the group for core stores, local
+     * for readers. */
+    void (*release)(dds_store *s, dds_var *v);
+    /* Read transfers of other processes' shards, grouped by owner; data
+     * complete on return. bounded: a group-collective read, whose waits
+     * for targets may be bounded by the store's collective timeout (else
+     * a read of dds_get). Thread-safe. */
+    int (*read)(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded);
+    /* Make local writes to v visible to remote reads (local). */
+    int (*sync)(dds_store *s, dds_var *v);
+    /* Register / unregister a destination buffer of reads. */
+    int (*register_recv)(dds_store *s, void *buf, size_t len);
+    int (*unregister_recv)(dds_store *s, void *buf);
+} dds_transport;
+
+DDS_HIDDEN extern const dds_transport dds_transport_rma;
+DDS_HIDDEN extern const dds_transport dds_transport_fabric;
+
 /* ---- store ------------------------------------------------------------------ */
 
 #define DDS_STORE_MAGIC 0x44445354u /* "DDST" */
 
 struct dds_store {
     uint32_t magic;
-    int method;
+    int method;                  /* enum dds_method (never DDS_METHOD_DEFAULT) */
+    const dds_transport *tp;     /* chosen with the method; never NULL in a live store */
     bool is_reader;              /* from dds_join(): no MPI */
     MPI_Comm comm;               /* duplicate of the user's communicator */
     MPI_Comm group;              /* consecutive ranks of `width` */
@@ -100,14 +154,40 @@ struct dds_store {
     _Atomic uint64_t st_read_ns;
 };
 
+/* ---- ground floor ------------------------------------------------------------
+ * Files that call nothing of the library above error.c, so that every other
+ * file may use them without a call cycle (tests/c/check-layering.py fails
+ * on any cycle between source files). */
+
+/* Store handles (registry.c). */
+/* Allocate a store with no MPI resources yet (core stores and readers):
+ * magic set, communicators MPI_COMM_NULL, vars_lock initialised. */
+DDS_HIDDEN dds_store *dds_store_alloc(void);
+/* Release what dds_store_alloc() made and the strings and arrays the store
+ * owns (not its variables, nor MPI or transport resources); the struct waits
+ * in a graveyard so that a stale handle is never taken for a new store. */
+DDS_HIDDEN void dds_store_destroy(dds_store *s);
 /* Check that `s` is a live store (not freed, not garbage); sets the error. */
 DDS_HIDDEN int dds_store_check(const dds_store *s);
 /* Register/unregister a live store handle. */
 DDS_HIDDEN void dds_store_track(dds_store *s, bool live);
+/* dds_store_check(), then DDS_EINVAL "<what> is NULL" when `out` is NULL. */
+DDS_HIDDEN int dds_store_check_out(const dds_store *s, const void *out, const char *what);
+/* Start of a call that only core stores serve: clears the calling thread's
+ * message, checks the handle, and refuses a reader with DDS_ESTATE "a reader
+ * (dds_join) <refusal>". */
+DDS_HIDDEN int dds_core_begin(const dds_store *s, const char *refusal);
+
+/* Variables and names (vartable.c). */
 /* Look up a variable by name; NULL when absent (no error set). */
 DDS_HIDDEN dds_var *dds_var_find(const dds_store *s, const char *name);
 /* Same, but sets DDS_ENOENT/DDS_EINVAL and returns NULL on failure. */
 DDS_HIDDEN dds_var *dds_var_lookup(const dds_store *s, const char *name);
+/* Same, returning the code: DDS_EINVAL for a bad name, DDS_ENOENT. */
+DDS_HIDDEN int dds_var_get(const dds_store *s, const char *name, dds_var **out);
+/* Free a variable's struct and arrays (not its shard or transport state,
+ * released before); NULL is fine, as are arrays not yet allocated. */
+DDS_HIDDEN void dds_var_free(dds_var *v);
 /* Append a variable to the store (takes ownership). */
 DDS_HIDDEN int dds_var_append(dds_store *s, dds_var *v);
 /* Validate a variable name (length, UTF-8). */
@@ -120,7 +200,8 @@ DDS_HIDDEN int dds_owner_of(const dds_var *v, int group_size, int64_t row);
 DDS_HIDDEN bool dds_reads_collective(const dds_store *s);
 
 /* Agree on the outcome of a collective step over `comm`: returns the lowest
- * failing rank's code on every rank, with its message ("rank k: ..."). */
+ * failing rank's code on every rank, with its message ("rank k: ...")
+ * (collective.c). */
 DDS_HIDDEN int dds_agree(MPI_Comm comm, int rc);
 
 /* Kinds of group-collective calls, as dds_step() tags them. */
@@ -164,27 +245,17 @@ DDS_HIDDEN int dds_with_window_lock(dds_store *s, int (*fn)(dds_store *, void *)
 DDS_HIDDEN const char *dds_env(const char *name);
 DDS_HIDDEN bool dds_env_flag(const char *name, bool dflt);
 
-/* ---- method 0 (rma.c) -------------------------------------------------------- */
+/* ---- shard memory and method 0 (rma.c) ---------------------------------------- */
 
 /* Allocate v->base for v->local_rows rows (shared memory on the node when
- * enabled) and expose it to the group. Collective over the group; the caller
- * agrees on the result. */
+ * enabled) and let the transport map it for the group (s->tp->map_shard).
+ * Collective over the group; the caller agrees on the result. */
 DDS_HIDDEN int dds_shard_alloc(dds_store *s, dds_var *v);
 /* Release what dds_shard_alloc() made. Collective over the group. */
 DDS_HIDDEN void dds_shard_release(dds_store *s, dds_var *v);
-/* Perform remote ops (owners not reachable by memory) with MPI RMA; data
- * complete on return. bounded: a collective read (get_batch), whose wait
- * for the targets is bounded by the store's collective timeout (request-
- * based gets); else MPI_Get + flush (dds_get). */
-DDS_HIDDEN int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops,
-                            size_t nops, bool bounded);
-/* Make local writes to v visible: MPI_Win_sync on its windows (local). */
+/* Make local writes to v visible: MPI_Win_sync on its windows, the shared-
+ * memory one of every method and method 0's RMA window (local). */
 DDS_HIDDEN int dds_rma_sync_local(dds_store *s, dds_var *v);
-/* Method 0 over a group that is not wholly in node shared memory: check,
- * with a small window, that the MPI can create RMA windows and read through
- * them here; DDS_ENOTSUP with the settings to use when not. Collective over
- * s->comm; returns an agreed result. */
-DDS_HIDDEN int dds_rma_probe(dds_store *s);
 /* Decide whether shards live in node shared memory (DDSTORE_NODE_LOCAL,
  * default on, and the MPI can allocate shared windows); sets
  * s->shm_enabled. Collective over s->comm; returns an agreed result. */
@@ -195,8 +266,8 @@ DDS_HIDDEN int dds_shm_probe(dds_store *s);
 /* The system page size. */
 DDS_HIDDEN size_t dds_page_size(void);
 /* Make the pages of every shard this process maps (its own, and node
- * peers' shared-memory shards) read-only, or writable again. A no-op for
- * method 0. Shards must be page-aligned with page-rounded allocations
+ * peers' shared-memory shards) read-only, or writable again. A no-op
+ * unless s->tp->page_shards (methods 1/2). Shards must be page-aligned with page-rounded allocations
  * (dds_shard_alloc does this for methods 1/2); an unaligned one is left
  * writable (debug message). Local. */
 DDS_HIDDEN int dds_shard_protect(dds_store *s, dds_var *v, bool readonly);
@@ -204,7 +275,10 @@ DDS_HIDDEN int dds_shard_protect(dds_store *s, dds_var *v, bool readonly);
  * pages for the copy when they are read-only. Thread-safe. */
 DDS_HIDDEN int dds_shard_write(dds_var *v, size_t offset, const void *data, size_t len);
 
-/* ---- methods 1/2 (fabric*.c, or nofabric.c without libfabric) ----------------- */
+/* ---- methods 1/2 (fabric*.c) ---------------------------------------------------
+ * The operations of dds_transport_fabric (fabric_transport.c). Without
+ * libfabric, nofabric.c defines that table and dds_fab_join/dds_fab_attach
+ * only. */
 
 /* Open the transport for a store made by dds_create() with method 1 or 2:
  * pick the provider (s->fabric_name, else DDSTORE_FABRIC, else the best
@@ -232,8 +306,14 @@ DDS_HIDDEN int dds_fab_attach(dds_store *s, const char *name);
 /* ---- versioned variables (generation.c) -------------------------------------- */
 
 /* Name suffix of the hidden variable holding a versioned variable's
- * generation counters. */
+ * generation counters, and the bytes of one counter (a row of it). */
 #define DDS_GEN_SUFFIX "\x1fgen"
+#define DDS_GEN_ROW_BYTES 8
+/* The counters' name of versioned variable `name`; DDS_EINVAL when it
+ * would be too long. */
+DDS_HIDDEN int dds_gen_name(const char *name, char out[DDS_NAME_MAX + 1]);
+/* Number of counters for `rows` rows in blocks of `block_rows`. */
+DDS_HIDDEN int64_t dds_gen_blocks(int64_t rows, int64_t block_rows);
 /* 1 when `name` is such a hidden variable (not listed by dds_var_name). */
 DDS_HIDDEN bool dds_gen_hidden(const char *name);
 /* *gen receives the counters of v when v is versioned, else NULL; a
@@ -245,9 +325,10 @@ DDS_HIDDEN int dds_gen_read(dds_store *s, dds_var *v, dds_var *gen, const dds_re
 /* Write rows of versioned v, counters odd around the copy. Local. */
 DDS_HIDDEN int dds_gen_write(dds_store *s, dds_var *v, dds_var *gen, const void *data, int64_t nrows,
                              int64_t offset);
-/* The transfers of a read, without the versioned check (read.c): ops may
- * be reordered. Not collective; data complete on return. */
-DDS_HIDDEN int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops);
+/* The transfers of a read, without the versioned check (transfer.c): ops
+ * may be reordered. bounded: as for dds_transport.read. Not collective;
+ * data complete on return. */
+DDS_HIDDEN int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, bool bounded);
 
 /* Serialise page-protection changes of shards with dds_shard_write()
  * (protect.c), and open (writable) / close (read-only) this rank's pages

@@ -1,5 +1,8 @@
-/* Methods 1 and 2 in a build without libfabric: every entry point reports
- * DDS_ENOTSUP, so the rest of the library (method 0) works unchanged. */
+/* Methods 1 and 2 in a build without libfabric: the transport table and the
+ * reader entry points report DDS_ENOTSUP, so the rest of the library
+ * (method 0) works unchanged. dds_create refuses methods 1 and 2 before it
+ * chooses a transport (dds_has_fabric), and dds_join fails here, so no store
+ * ever holds this table: it has the one operation that would report why. */
 #include "internal.h"
 
 static int no_fabric(void)
@@ -8,21 +11,14 @@ static int no_fabric(void)
                                 "unavailable (rebuild with libfabric, or use method 0)");
 }
 
-int dds_fab_open(dds_store *s) { (void)s; return no_fabric(); }
-int dds_fab_var_expose(dds_store *s, dds_var *v) { (void)s; (void)v; return no_fabric(); }
-void dds_fab_var_release(dds_store *s, dds_var *v) { (void)s; (void)v; }
-int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
-{
-    (void)s; (void)v; (void)ops; (void)nops;
-    return no_fabric();
-}
-int dds_fab_register_recv(dds_store *s, void *buf, size_t len)
-{
-    (void)s; (void)buf; (void)len;
-    return no_fabric();
-}
-int dds_fab_unregister_recv(dds_store *s, void *buf) { (void)s; (void)buf; return no_fabric(); }
-void dds_fab_close(dds_store *s) { (void)s; }
+static int nofab_open(dds_store *s) { (void)s; return no_fabric(); }
+
+const dds_transport dds_transport_fabric = {
+    .size = sizeof(dds_transport),
+    .name = "libfabric (not built)",
+    .open = nofab_open,
+};
+
 int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
 {
     (void)out; (void)dir; (void)n_core; (void)timeout_s;

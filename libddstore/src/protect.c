@@ -64,7 +64,7 @@ static size_t shard_bytes(const dds_var *v, int g)
 
 int dds_shard_protect(dds_store *s, dds_var *v, bool readonly)
 {
-    if (s->method == 0)
+    if (!s->tp->page_shards)
         return DDS_OK;
     int prot = readonly ? PROT_READ : PROT_READ | PROT_WRITE;
     int rc = DDS_OK;

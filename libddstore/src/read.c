@@ -3,9 +3,7 @@
  * Every read is turned into a list of transfers (dds_read_op): rows are
  * mapped to their owner by binary search over the shard offsets, and
  * consecutive rows of one owner that land consecutively in the output become
- * one transfer. Transfers from shards this process can address (its own, or
- * a node peer's in shared memory) are memcpy; the rest go to the transport
- * (MPI RMA or libfabric), grouped by owner. */
+ * one transfer; transfer.c carries the list out. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,71 +61,6 @@ static int ops_push_range(op_list *l, const dds_var *v, int group_size, int64_t 
     return DDS_OK;
 }
 
-/* Stable counting sort of transfers by owner, so that each target is
- * addressed in one burst. */
-static int group_by_owner(dds_read_op *ops, size_t n, int group_size)
-{
-    if (n < 2)
-        return DDS_OK;
-    size_t *count = calloc((size_t)group_size + 1, sizeof *count);
-    dds_read_op *tmp = malloc(n * sizeof *tmp);
-    if (!count || !tmp) {
-        free(count);
-        free(tmp);
-        return dds_err(DDS_ENOMEM, "out of memory sorting %zu transfers", n);
-    }
-    for (size_t i = 0; i < n; i++)
-        count[ops[i].owner + 1]++;
-    for (int g = 0; g < group_size; g++)
-        count[g + 1] += count[g];
-    for (size_t i = 0; i < n; i++)
-        tmp[count[ops[i].owner]++] = ops[i];
-    memcpy(ops, tmp, n * sizeof *tmp);
-    free(tmp);
-    free(count);
-    return DDS_OK;
-}
-
-static int execute_raw(dds_store *s, dds_var *v, op_list *l, bool bounded)
-{
-    size_t nremote = 0;
-    uint64_t rows_local = 0, rows_remote = 0, bytes_local = 0, bytes_remote = 0;
-    int self = s->is_reader ? -1 : s->group_rank;
-    for (size_t i = 0; i < l->n; i++) {
-        dds_read_op op = l->ops[i];
-        if (op.owner == self) {
-            rows_local += (uint64_t)(op.len / v->row_bytes);
-            bytes_local += (uint64_t)op.len;
-        } else {
-            rows_remote += (uint64_t)(op.len / v->row_bytes);
-            bytes_remote += (uint64_t)op.len;
-        }
-        const char *peer = v->peer_base ? v->peer_base[op.owner] : NULL;
-        if (peer)
-            memcpy(op.dst, peer + op.src_offset, (size_t)op.len);
-        else
-            l->ops[nremote++] = op;
-    }
-    int rc = DDS_OK;
-    if (nremote) {
-        rc = group_by_owner(l->ops, nremote, s->group_size);
-        if (rc == DDS_OK)
-            rc = (s->method == 0) ? dds_rma_read(s, v, l->ops, nremote, bounded)
-                                   : dds_fab_read(s, v, l->ops, nremote);
-    }
-    atomic_fetch_add(&s->st_rows_local, rows_local);
-    atomic_fetch_add(&s->st_rows_remote, rows_remote);
-    atomic_fetch_add(&s->st_bytes_local, bytes_local);
-    atomic_fetch_add(&s->st_bytes_remote, bytes_remote);
-    return rc;
-}
-
-int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops)
-{
-    op_list l = { .ops = ops, .n = nops, .cap = nops };
-    return execute_raw(s, v, &l, false);
-}
-
 /* Versioned variables (generation.c) check their counters around the
  * transfers; every other variable takes the plain path. The counter and row
  * reads of a versioned variable complete with a flush each (they must be
@@ -140,16 +73,17 @@ static int execute(dds_store *s, dds_var *v, op_list *l, bool bounded)
         return rc;
     if (gen)
         return dds_gen_read(s, v, gen, l->ops, l->n);
-    return execute_raw(s, v, l, bounded);
+    return dds_read_ops(s, v, l->ops, l->n, bounded);
 }
 
-/* Whether method-0 batched reads are group-collective: not where the whole
+/* Whether batched reads are group-collective (a transport with
+ * collective_reads: method 0): not where the whole
  * group shares memory (every read is then a memcpy), not in a group of one,
  * and not for readers. The one copy of the rule: dds_store_info_get()
  * reports it too (internal.h). */
 bool dds_reads_collective(const dds_store *s)
 {
-    return s->method == 0 && !s->is_reader && s->group_size > 1 &&
+    return s->tp->collective_reads && !s->is_reader && s->group_size > 1 &&
            !(s->node_local && s->shm_enabled);
 }
 
@@ -175,9 +109,9 @@ static int read_begin(dds_store *s, const char *name, void *out, int64_t nrows, 
     *live = rc == DDS_OK;
     if (rc)
         return rc;
-    *v = dds_var_lookup(s, name);
-    if (!*v)
-        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
+    rc = dds_var_get(s, name, v);
+    if (rc)
+        return rc;
     if (nrows < 0)
         return dds_err(DDS_EINVAL, "variable '%s': negative row count %lld", name, (long long)nrows);
     if (nrows > 0 && !out)
@@ -329,7 +263,7 @@ static int sync_all_local(dds_store *s)
     int rc = DDS_OK;
     pthread_rwlock_rdlock(&s->vars_lock);
     for (int64_t i = 0; rc == DDS_OK && i < s->nvars; i++)
-        rc = dds_rma_sync_local(s, s->vars[i]);
+        rc = s->tp->sync(s, s->vars[i]);
     pthread_rwlock_unlock(&s->vars_lock);
     return rc;
 }
@@ -339,25 +273,19 @@ static int sync_all_local(dds_store *s)
  * orders local stores before other ranks' loads in shared windows. */
 static int sync_over(dds_store *s, int kind, int rc)
 {
-    if (rc == DDS_OK && s->method == 0)
+    if (rc == DDS_OK && s->tp->sync)
         rc = sync_all_local(s);
     rc = dds_step(s, kind, rc, NULL);
     if (kind == DDS_COLL_SYNC && s->group_size != s->size && !s->broken)
         rc = dds_agree(s->comm, rc);
-    if (rc == DDS_OK && s->method == 0)
+    if (rc == DDS_OK && s->tp->sync)
         rc = sync_all_local(s);
     return rc;
 }
 
 static int collective_begin(dds_store *s)
 {
-    dds_err_clear();
-    int rc = dds_store_check(s);
-    if (rc)
-        return rc;
-    if (s->is_reader)
-        return dds_err(DDS_ESTATE, "a reader (dds_join) has no epochs or synchronisation");
-    return DDS_OK;
+    return dds_core_begin(s, "has no epochs or synchronisation");
 }
 
 DDS_API int dds_sync(dds_store *s)
@@ -402,9 +330,9 @@ DDS_API int dds_register_recv(dds_store *s, void *buf, size_t len)
         return rc;
     if (!buf && len)
         return dds_err(DDS_EINVAL, "buffer is NULL");
-    if (s->method == 0 || len == 0)
+    if (!s->tp->register_recv || len == 0)
         return DDS_OK;
-    return dds_fab_register_recv(s, buf, len);
+    return s->tp->register_recv(s, buf, len);
 }
 
 DDS_API int dds_unregister_recv(dds_store *s, void *buf)
@@ -413,7 +341,7 @@ DDS_API int dds_unregister_recv(dds_store *s, void *buf)
     int rc = dds_store_check(s);
     if (rc)
         return rc;
-    if (s->method == 0 || !buf)
+    if (!s->tp->unregister_recv || !buf)
         return DDS_OK;
-    return dds_fab_unregister_recv(s, buf);
+    return s->tp->unregister_recv(s, buf);
 }

@@ -5,7 +5,11 @@
  * nodes are reached through an MPI RMA window over the group, kept in a
  * passive-target epoch (lock_all) for the store's whole life: a read is then
  * MPI_Get + flush, complete on return, and needs nothing from the target in
- * an MPI with asynchronous progress. */
+ * an MPI with asynchronous progress.
+ *
+ * Shard memory (dds_shard_alloc/release, the shared-memory probe) serves
+ * every method; the method-0 transport table, dds_transport_rma, is at the
+ * end. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +92,7 @@ static int probe_rma(dds_store *s, void *unused)
     return rc;
 }
 
-int dds_rma_probe(dds_store *s)
+static int rma_probe(dds_store *s)
 {
     int rc = dds_with_window_lock(s, probe_rma, NULL);
     if (rc != DDS_OK && rc != DDS_ETIMEDOUT) {
@@ -120,7 +124,7 @@ static char *page_align(void *p, size_t pad)
 
 static int alloc_shared(dds_store *s, dds_var *v, size_t bytes)
 {
-    size_t pad = s->method != 0 ? dds_page_size() : 0;
+    size_t pad = s->tp->page_shards ? dds_page_size() : 0;
     MPI_Info info;
     MPI_Info_create(&info);
     /* Each rank's segment starts on its own pages: no false sharing between
@@ -175,7 +179,7 @@ int dds_shard_alloc(dds_store *s, dds_var *v)
         bytes = 1; /* windows and registrations want a real address */
     if ((uint64_t)v->local_rows * (uint64_t)v->row_bytes > (uint64_t)PTRDIFF_MAX - (1u << 20))
         return dds_err(DDS_EOVERFLOW, "variable '%s' is too large for this machine", v->name);
-    if (s->method != 0) {
+    if (s->tp->page_shards) {
         /* Whole pages, which dds_shard_protect() makes read-only. */
         size_t page = dds_page_size();
         bytes = (bytes + page - 1) / page * page;
@@ -227,28 +231,15 @@ int dds_shard_alloc(dds_store *s, dds_var *v)
         return rc;
 
     rc = s->shm_enabled ? alloc_shared(s, v, bytes) : alloc_private(s, v, bytes);
-    /* Window creation below is collective over the group: agree first. */
+    /* The transport's map_shard (an RMA window) is collective over the
+     * group: agree first. */
     rc = dds_agree(s->group, rc);
     if (rc) {
         dds_shard_release(s, v);
         return rc;
     }
-    bool need_rma = false;
-    for (int g = 0; g < s->group_size; g++)
-        if (!v->peer_base[g])
-            need_rma = true;
-    if (s->method == 0 && need_rma) {
-        int mrc = MPI_Win_create(v->base, (MPI_Aint)bytes, 1, MPI_INFO_NULL, s->group, &v->win);
-        if (mrc == MPI_SUCCESS) {
-            MPI_Win_set_errhandler(v->win, MPI_ERRORS_RETURN);
-            mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, v->win);
-            if (mrc != MPI_SUCCESS)
-                rc = dds_err_mpi(mrc, "MPI_Win_lock_all");
-        } else {
-            v->win = MPI_WIN_NULL;
-            rc = dds_err_mpi(mrc, "MPI_Win_create");
-        }
-        rc = dds_agree(s->group, rc);
+    if (s->tp->map_shard) {
+        rc = s->tp->map_shard(s, v);
         if (rc) {
             dds_shard_release(s, v);
             return rc;
@@ -278,6 +269,44 @@ void dds_shard_release(dds_store *s, dds_var *v)
     }
     v->mpi_mem = NULL;
     v->base = NULL;
+}
+
+/* ---- the method-0 transport --------------------------------------------------- */
+
+/* The group reads through RMA windows unless it is one rank or wholly in
+ * node shared memory (the condition of rma_map_shard's MPI_Win_create). */
+static int rma_open(dds_store *s)
+{
+    if (s->group_size > 1 && !(s->node_local && s->shm_enabled))
+        return rma_probe(s);
+    return DDS_OK;
+}
+
+/* An RMA window over the group on v's shard when some shard of the group is
+ * not in this process's shared memory; kept in a passive-target epoch. */
+static int rma_map_shard(dds_store *s, dds_var *v)
+{
+    bool need_rma = false;
+    for (int g = 0; g < s->group_size; g++)
+        if (!v->peer_base[g])
+            need_rma = true;
+    if (!need_rma)
+        return DDS_OK;
+    size_t bytes = (size_t)(v->local_rows * v->row_bytes);
+    if (bytes == 0)
+        bytes = 1; /* as dds_shard_alloc allocated it (no page rounding: not page_shards) */
+    int rc = DDS_OK;
+    int mrc = MPI_Win_create(v->base, (MPI_Aint)bytes, 1, MPI_INFO_NULL, s->group, &v->win);
+    if (mrc == MPI_SUCCESS) {
+        MPI_Win_set_errhandler(v->win, MPI_ERRORS_RETURN);
+        mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, v->win);
+        if (mrc != MPI_SUCCESS)
+            rc = dds_err_mpi(mrc, "MPI_Win_lock_all");
+    } else {
+        v->win = MPI_WIN_NULL;
+        rc = dds_err_mpi(mrc, "MPI_Win_create");
+    }
+    return dds_agree(s->group, rc);
 }
 
 /* Where the reads of a get_batch go: plain gets completed by one flush, or,
@@ -371,7 +400,7 @@ static int rma_get_indexed(rma_issue *is, const dds_read_op *ops, size_t n, int 
  * benchmark can compare both ways in one process. */
 static bool rma_indexed_enabled(void) { return dds_env_flag("DDSTORE_RMA_INDEXED", false); }
 
-int dds_rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
+static int rma_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
 {
     if (v->win == MPI_WIN_NULL)
         return dds_err(DDS_ESTATE, "variable '%s': no RMA window for a remote shard", v->name);
@@ -441,3 +470,19 @@ int dds_rma_sync_local(dds_store *s, dds_var *v)
         mrc = MPI_Win_sync(v->win);
     return mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Win_sync");
 }
+
+const dds_transport dds_transport_rma = {
+    .size = sizeof(dds_transport),
+    .name = "MPI RMA",
+    .page_shards = false,
+    .collective_reads = true,
+    .open = rma_open,
+    .close = NULL,
+    .map_shard = rma_map_shard,
+    .expose = NULL,  /* the window made by map_shard exposes the shard */
+    .release = NULL, /* dds_shard_release frees the window with the memory */
+    .read = rma_read,
+    .sync = dds_rma_sync_local,
+    .register_recv = NULL, /* MPI registers (or copies) what it needs per call */
+    .unregister_recv = NULL,
+};

@@ -1,4 +1,6 @@
-/* Store lifecycle, variables and the agreement protocol of collective calls. */
+/* The orchestrator: store lifecycle (create, free), adding and updating
+ * variables, queries, and the entry points of readers. Builds on the ground
+ * floor (registry.c, vartable.c, collective.c) and the transports. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,193 +8,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-
-/* ---- live handle registry -------------------------------------------------
- * Handles are checked against this table so that a call on a freed or
- * garbage handle is an error instead of a use-after-free. Few stores live at
- * once, so a linear scan is cheap next to any read. */
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static dds_store **registry;
-static size_t registry_len, registry_cap;
-
-void dds_store_track(dds_store *s, bool live)
-{
-    pthread_mutex_lock(&registry_lock);
-    if (live) {
-        if (registry_len == registry_cap) {
-            size_t cap = registry_cap ? 2 * registry_cap : 16;
-            dds_store **r = realloc(registry, cap * sizeof *r);
-            if (!r) { /* cannot track: the handle still works, checks just miss it */
-                pthread_mutex_unlock(&registry_lock);
-                return;
-            }
-            registry = r;
-            registry_cap = cap;
-        }
-        registry[registry_len++] = s;
-    } else {
-        for (size_t i = 0; i < registry_len; i++)
-            if (registry[i] == s) {
-                registry[i] = registry[--registry_len];
-                break;
-            }
-    }
-    pthread_mutex_unlock(&registry_lock);
-}
-
-int dds_store_check(const dds_store *s)
-{
-    if (!s)
-        return dds_err(DDS_EINVAL, "store handle is NULL");
-    bool found = false;
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < registry_len; i++)
-        if (registry[i] == s) {
-            found = true;
-            break;
-        }
-    pthread_mutex_unlock(&registry_lock);
-    if (!found || s->magic != DDS_STORE_MAGIC)
-        return dds_err(DDS_ESTATE, "store handle is not a live store (freed, or never created)");
-    return DDS_OK;
-}
-
-/* ---- agreement ------------------------------------------------------------ */
-
-int dds_agree(MPI_Comm comm, int rc)
-{
-    int rank;
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
-        return dds_err(DDS_EMPI, "MPI_Comm_rank failed while agreeing on a result");
-    struct { int ok; int rank; } in = { rc == DDS_OK ? 1 : 0, rank }, out;
-    int mrc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, comm);
-    if (mrc != MPI_SUCCESS)
-        return dds_err_mpi(mrc, "MPI_Allreduce (agreement)");
-    if (out.ok)
-        return DDS_OK;
-    /* The lowest failing rank tells everyone its code and message, so every
-     * rank reports the same error. */
-    size_t len;
-    char *buf = dds_err_buf(&len);
-    char msg[1024 + 32];
-    int code = rc;
-    if (rank == out.rank) {
-        char tmp[1024];
-        snprintf(tmp, sizeof tmp, "%s", buf);
-        snprintf(msg, sizeof msg, "%s", tmp);
-    }
-    mrc = MPI_Bcast(&code, 1, MPI_INT, out.rank, comm);
-    if (mrc == MPI_SUCCESS)
-        mrc = MPI_Bcast(msg, 1024, MPI_CHAR, out.rank, comm);
-    if (mrc != MPI_SUCCESS)
-        return dds_err_mpi(mrc, "MPI_Bcast (agreement)");
-    msg[1023] = '\0';
-    if (rank == out.rank)
-        return code;
-    return dds_err(code, "rank %d: %s", out.rank, msg);
-}
-
-/* ---- names and variables ------------------------------------------------------ */
-
-static bool utf8_valid(const unsigned char *p, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = p[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) { i++; continue; }
-        else if ((c & 0xE0) == 0xC0) { k = 1; cp = c & 0x1F; }
-        else if ((c & 0xF0) == 0xE0) { k = 2; cp = c & 0x0F; }
-        else if ((c & 0xF8) == 0xF0) { k = 3; cp = c & 0x07; }
-        else return false;
-        if (i + k >= n)
-            return false;
-        for (size_t j = 1; j <= k; j++) {
-            if ((p[i + j] & 0xC0) != 0x80)
-                return false;
-            cp = (cp << 6) | (p[i + j] & 0x3F);
-        }
-        /* overlong forms, surrogates, beyond U+10FFFF */
-        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += k + 1;
-    }
-    return true;
-}
-
-int dds_check_name(const char *name)
-{
-    if (!name)
-        return dds_err(DDS_EINVAL, "variable name is NULL");
-    size_t n = strnlen(name, DDS_NAME_MAX + 1);
-    if (n == 0)
-        return dds_err(DDS_EINVAL, "variable name is empty");
-    if (n > DDS_NAME_MAX)
-        return dds_err(DDS_EINVAL, "variable name is longer than %d bytes", DDS_NAME_MAX);
-    if (!utf8_valid((const unsigned char *)name, n))
-        return dds_err(DDS_EINVAL, "variable name is not valid UTF-8");
-    return DDS_OK;
-}
-
-dds_var *dds_var_find(const dds_store *s, const char *name)
-{
-    dds_var *found = NULL;
-    pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
-    for (int64_t i = 0; i < s->nvars; i++)
-        if (strcmp(s->vars[i]->name, name) == 0) {
-            found = s->vars[i];
-            break;
-        }
-    pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
-    return found;
-}
-
-dds_var *dds_var_lookup(const dds_store *s, const char *name)
-{
-    if (dds_check_name(name) != DDS_OK)
-        return NULL;
-    dds_var *v = dds_var_find(s, name);
-    if (!v)
-        dds_err(DDS_ENOENT, "no variable named '%s' in this store", name);
-    return v;
-}
-
-int dds_var_append(dds_store *s, dds_var *v)
-{
-    int rc = DDS_OK;
-    pthread_rwlock_wrlock(&s->vars_lock);
-    if (s->nvars == s->vars_cap) {
-        int64_t cap = s->vars_cap ? 2 * s->vars_cap : 8;
-        dds_var **nv = realloc(s->vars, (size_t)cap * sizeof *nv);
-        if (!nv)
-            rc = dds_err(DDS_ENOMEM, "out of memory adding variable '%s'", v->name);
-        else {
-            s->vars = nv;
-            s->vars_cap = cap;
-        }
-    }
-    if (rc == DDS_OK)
-        s->vars[s->nvars++] = v;
-    pthread_rwlock_unlock(&s->vars_lock);
-    return rc;
-}
-
-int dds_owner_of(const dds_var *v, int group_size, int64_t row)
-{
-    /* Largest r with offsets[r] <= row; shards may be empty, so skip ahead to
-     * the last of equal offsets. */
-    int lo = 0, hi = group_size - 1;
-    while (lo < hi) {
-        int mid = lo + (hi - lo + 1) / 2;
-        if (v->offsets[mid] <= row)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
 
 /* ---- store lifecycle ---------------------------------------------------------- */
 
@@ -240,16 +55,16 @@ static int resolve_method(const dds_options *o, int *method)
     int m = o ? o->method : DDS_METHOD_DEFAULT;
     if (m == DDS_METHOD_DEFAULT) {
         const char *env = dds_env("DDSTORE_METHOD");
-        m = 0;
+        m = DDS_METHOD_MPI;
         if (env) {
             char *end;
             long v = strtol(env, &end, 10);
-            if (*end != '\0' || v < 0 || v > 2)
+            if (*end != '\0' || v < DDS_METHOD_MPI || v > DDS_METHOD_FILE)
                 return dds_err(DDS_EINVAL, "DDSTORE_METHOD='%s' is not 0, 1 or 2", env);
             m = (int)v;
         }
     }
-    if (m < 0 || m > 2)
+    if (m < DDS_METHOD_MPI || m > DDS_METHOD_FILE)
         return dds_err(DDS_EINVAL, "method %d is not 0 (MPI), 1 (libfabric) or 2 (libfabric + files)", m);
     *method = m;
     return DDS_OK;
@@ -339,42 +154,6 @@ static void store_release_comms(dds_store *s)
         MPI_Comm_free(&s->comm);
 }
 
-/* Freed store structs wait here (magic cleared) until 64 more stores have
- * been freed: the allocator would otherwise give the next store the same
- * address, and a stale handle would pass dds_store_check() as that new
- * store (a double free would free someone else's store). */
-#define GRAVEYARD 64
-static dds_store *graveyard[GRAVEYARD];
-static size_t grave_next;
-
-static void store_destroy(dds_store *s)
-{
-    s->magic = 0;
-    free(s->node_rank_of);
-    free(s->fabric_name);
-    free(s->handshake_dir);
-    free(s->vars);
-    pthread_rwlock_destroy(&s->vars_lock);
-    pthread_mutex_lock(&registry_lock);
-    dds_store *oldest = graveyard[grave_next];
-    graveyard[grave_next] = s;
-    grave_next = (grave_next + 1) % GRAVEYARD;
-    pthread_mutex_unlock(&registry_lock);
-    free(oldest);
-}
-
-/* Allocate a store with no MPI resources yet (also used for readers). */
-static dds_store *store_alloc(void)
-{
-    dds_store *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
-    s->magic = DDS_STORE_MAGIC;
-    s->comm = s->group = s->node = MPI_COMM_NULL;
-    pthread_rwlock_init(&s->vars_lock, NULL);
-    return s;
-}
-
 static char *dup_opt(const char *given, const char *env, const char *dflt)
 {
     const char *v = given ? given : dds_env(env);
@@ -406,13 +185,13 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     if (rc)
         return rc; /* cannot agree without a communicator: every rank sees the same bad handle */
 
-    dds_store *s = store_alloc();
+    dds_store *s = dds_store_alloc();
     if (!s)
         return dds_err(DDS_ENOMEM, "out of memory creating the store");
     int mrc = MPI_Comm_dup(user, &s->comm);
     if (mrc != MPI_SUCCESS) {
         rc = dds_err_mpi(mrc, "MPI_Comm_dup");
-        store_destroy(s);
+        dds_store_destroy(s);
         return rc;
     }
     MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
@@ -443,7 +222,7 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
             rc = dds_err(DDS_EMISMATCH, "ranks disagree on the width (%d to %d); pass the same "
                          "width on every rank", all[3], -all[4]);
     }
-    if (rc == DDS_OK && s->method != 0 && !dds_has_fabric())
+    if (rc == DDS_OK && s->method != DDS_METHOD_MPI && !dds_has_fabric())
         rc = dds_err(DDS_ENOTSUP,
                      "method %d needs libfabric, but libddstore was built without it (use method 0)",
                      s->method);
@@ -458,6 +237,8 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     rc = dds_agree(s->comm, rc);
     if (rc)
         goto fail;
+    /* The one place that maps a method to its transport. */
+    s->tp = s->method == DDS_METHOD_MPI ? &dds_transport_rma : &dds_transport_fabric;
 
     s->group_index = s->rank / s->width;
     mrc = MPI_Comm_split(s->comm, s->group_index, s->rank, &s->group);
@@ -484,22 +265,9 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     if (rc)
         goto fail;
 
-    /* The group reads through RMA windows unless it is one rank or wholly in
-     * node shared memory (the condition of dds_shard_alloc's MPI_Win_create). */
-    if (s->method == 0 && s->group_size > 1 && !(s->node_local && s->shm_enabled)) {
-        rc = dds_rma_probe(s);
-        if (rc)
-            goto fail;
-    }
-
-    if (s->method != 0) {
-        rc = dds_fab_open(s);
-        rc = dds_agree(s->comm, rc);
-        if (rc) {
-            dds_fab_close(s);
-            goto fail;
-        }
-    }
+    rc = s->tp->open(s);
+    if (rc)
+        goto fail;
     dds_debug("rank %d: store created: method %d, group %d (%d of %d), node-local %d, shm %d",
               s->rank, s->method, s->group_index, s->group_rank, s->group_size, (int)s->node_local,
               (int)s->shm_enabled);
@@ -508,22 +276,17 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     return DDS_OK;
 fail:
     store_release_comms(s);
-    store_destroy(s);
+    dds_store_destroy(s);
     return rc;
 }
 
 static void var_destroy(dds_store *s, dds_var *v)
 {
-    if (!s->is_reader) {
-        if (s->method != 0)
-            dds_fab_var_release(s, v);
+    if (s->tp->release)
+        s->tp->release(s, v);
+    if (!s->is_reader)
         dds_shard_release(s, v);
-    } else {
-        dds_fab_var_release(s, v);
-    }
-    free(v->offsets);
-    free(v->peer_base);
-    free(v);
+    dds_var_free(v);
 }
 
 DDS_API int dds_free(dds_store *s)
@@ -565,21 +328,36 @@ DDS_API int dds_free(dds_store *s)
     for (int64_t i = s->nvars - 1; i >= 0; i--)
         var_destroy(s, s->vars[i]);
     s->nvars = 0;
-    if (s->method != 0 || s->is_reader)
-        dds_fab_close(s);
+    if (s->tp->close)
+        s->tp->close(s);
     if (!s->is_reader)
         store_release_comms(s);
-    store_destroy(s);
+    dds_store_destroy(s);
     return DDS_OK;
+}
+
+/* dds_store_info, dds_var_info and dds_stats_info start with the caller's
+ * `uint32_t size` and are filled up to it (they only grow at their end):
+ * the caller's struct must be there and say its size. */
+static int sized_check(const void *info)
+{
+    if (!info || *(const uint32_t *)info < sizeof(uint32_t))
+        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
+    return DDS_OK;
+}
+
+/* Start of a query of the store into a size-first struct. */
+static int sized_begin(const dds_store *s, const void *info)
+{
+    int rc = dds_store_check(s);
+    return rc ? rc : sized_check(info);
 }
 
 DDS_API int dds_store_info_get(const dds_store *s, dds_store_info *info)
 {
-    int rc = dds_store_check(s);
+    int rc = sized_begin(s, info);
     if (rc)
         return rc;
-    if (!info || info->size < sizeof(uint32_t))
-        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
     dds_store_info r = { 0 };
     r.size = info->size;
     r.method = s->method;
@@ -692,12 +470,9 @@ static int shard_alloc_cb(dds_store *s, void *v) { return dds_shard_alloc(s, v);
 static int var_create(dds_store *s, const char *name, const void *data, int64_t nrows,
                       int64_t row_bytes, uint32_t dtype, bool need_data)
 {
-    dds_err_clear();
-    int rc = dds_store_check(s);
+    int rc = dds_core_begin(s, "cannot add variables");
     if (rc)
         return rc; /* no communicator to agree over; a freed store is freed on every rank */
-    if (s->is_reader)
-        return dds_err(DDS_ESTATE, "a reader (dds_join) cannot add variables");
     rc = check_new_var(s, name, data, nrows, row_bytes, need_data);
     /* First a tagged step over the group, so that a rank still reading
      * (method 0) meets this add in an error, not in a blocking broadcast. */
@@ -735,14 +510,14 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
             memcpy(v->base, data, bytes);
         else if (bytes)
             memset(v->base, 0, bytes);
-        if (s->method != 0) {
-            rc = dds_fab_var_expose(s, v);
+        if (s->tp->expose) {
+            rc = s->tp->expose(s, v);
             rc = dds_agree(s->comm, rc);
             if (rc) {
                 /* Another group may have failed after this one exposed v:
                  * drop its registration (and method-2 file) first. A no-op
                  * where expose failed (v->fab is NULL there). */
-                dds_fab_var_release(s, v);
+                s->tp->release(s, v);
                 dds_shard_release(s, v);
             }
         }
@@ -753,18 +528,15 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
             rc = dds_rma_sync_local(s, v);
         rc = dds_agree(s->comm, rc); /* also a barrier: no rank reads before every shard is written */
         if (rc) {
-            if (s->method != 0)
-                dds_fab_var_release(s, v);
+            if (s->tp->release)
+                s->tp->release(s, v);
             dds_shard_release(s, v);
         }
     }
     if (rc == DDS_OK)
         rc = dds_var_append(s, v);
-    if (rc && v) {
-        free(v->offsets);
-        free(v->peer_base);
-        free(v);
-    }
+    if (rc)
+        dds_var_free(v);
     return rc;
 }
 
@@ -781,15 +553,13 @@ DDS_API int dds_init(dds_store *s, const char *name, int64_t nrows, int64_t row_
 
 DDS_API int dds_update(dds_store *s, const char *name, const void *data, int64_t nrows, int64_t offset)
 {
-    dds_err_clear();
-    int rc = dds_store_check(s);
+    int rc = dds_core_begin(s, "cannot update variables");
     if (rc)
         return rc;
-    if (s->is_reader)
-        return dds_err(DDS_ESTATE, "a reader (dds_join) cannot update variables");
-    dds_var *v = dds_var_lookup(s, name);
-    if (!v)
-        return dds_check_name(name) ? DDS_EINVAL : DDS_ENOENT;
+    dds_var *v;
+    rc = dds_var_get(s, name, &v);
+    if (rc)
+        return rc;
     if (nrows < 0 || offset < 0)
         return dds_err(DDS_EINVAL, "variable '%s': negative row count or offset", name);
     if (offset > v->local_rows || nrows > v->local_rows - offset)
@@ -828,8 +598,9 @@ DDS_API int dds_query(const dds_store *s, const char *name, dds_var_info *info)
     const dds_var *v = query_var(s, name, &rc);
     if (!v)
         return rc;
-    if (!info || info->size < sizeof(uint32_t))
-        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
+    rc = sized_check(info);
+    if (rc)
+        return rc;
     dds_var_info r = { 0 };
     r.size = info->size;
     r.dtype = v->dtype;
@@ -859,33 +630,37 @@ DDS_API int dds_var_offsets(const dds_store *s, const char *name, int64_t *offse
     return DDS_OK;
 }
 
+/* Index in s->vars of listed variable number `index` (generation counters
+ * are not listed), or -1; *listed: how many are listed. The caller holds
+ * vars_lock. */
+static int64_t listed_var(const dds_store *s, int64_t index, int64_t *listed)
+{
+    int64_t visible = 0, at = -1;
+    for (int64_t i = 0; i < s->nvars; i++)
+        if (!dds_gen_hidden(s->vars[i]->name) && visible++ == index)
+            at = i;
+    *listed = visible;
+    return at;
+}
+
 DDS_API int dds_var_count(const dds_store *s, int64_t *count)
 {
-    int rc = dds_store_check(s);
+    int rc = dds_store_check_out(s, count, "count");
     if (rc)
         return rc;
-    if (!count)
-        return dds_err(DDS_EINVAL, "count is NULL");
     pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
-    *count = 0;
-    for (int64_t i = 0; i < s->nvars; i++)
-        *count += !dds_gen_hidden(s->vars[i]->name); /* generation counters are not listed */
+    listed_var(s, -1, count);
     pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
     return DDS_OK;
 }
 
 DDS_API int dds_var_name(const dds_store *s, int64_t index, char *buf, size_t buflen)
 {
-    int rc = dds_store_check(s);
+    int rc = dds_store_check_out(s, buf, "buf");
     if (rc)
         return rc;
-    if (!buf)
-        return dds_err(DDS_EINVAL, "buf is NULL");
     pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
-    int64_t visible = 0, at = -1; /* index counts listed variables only */
-    for (int64_t i = 0; i < s->nvars; i++)
-        if (!dds_gen_hidden(s->vars[i]->name) && visible++ == index)
-            at = i;
+    int64_t visible, at = listed_var(s, index, &visible); /* index counts listed variables only */
     if (index < 0 || at < 0)
         rc = dds_err(DDS_ERANGE, "variable index %lld is out of range [0, %lld)", (long long)index,
                      (long long)visible);
@@ -899,13 +674,10 @@ DDS_API int dds_var_name(const dds_store *s, int64_t index, char *buf, size_t bu
 
 DDS_API int dds_stats(const dds_store *s, dds_stats_info *info)
 {
-    int rc = dds_store_check(s);
+    int rc = sized_begin(s, info);
     if (rc)
         return rc;
-    if (!info || info->size < sizeof(uint32_t))
-        return dds_err(DDS_EINVAL, "info is NULL or info->size is not set");
-    dds_stats_info r = { 0 };
-    r.size = info->size;
+    dds_stats_info r = { .size = info->size }; /* the rest zero */
     r.read_calls = atomic_load(&s->st_calls);
     r.rows_local = atomic_load(&s->st_rows_local);
     r.rows_remote = atomic_load(&s->st_rows_remote);

@@ -1,0 +1,67 @@
+/* Transfers: one list of dds_read_op of one variable carried out.
+ * Transfers from shards this process can address (its own, or a node
+ * peer's in shared memory) are memcpy; the rest go to the transport (MPI RMA
+ * or libfabric), grouped by owner. Below read.c and generation.c, which both
+ * build transfer lists. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Stable counting sort of transfers by owner, so that each target is
+ * addressed in one burst. */
+static int group_by_owner(dds_read_op *ops, size_t n, int group_size)
+{
+    if (n < 2)
+        return DDS_OK;
+    size_t *count = calloc((size_t)group_size + 1, sizeof *count);
+    dds_read_op *tmp = malloc(n * sizeof *tmp);
+    if (!count || !tmp) {
+        free(count);
+        free(tmp);
+        return dds_err(DDS_ENOMEM, "out of memory sorting %zu transfers", n);
+    }
+    for (size_t i = 0; i < n; i++)
+        count[ops[i].owner + 1]++;
+    for (int g = 0; g < group_size; g++)
+        count[g + 1] += count[g];
+    for (size_t i = 0; i < n; i++)
+        tmp[count[ops[i].owner]++] = ops[i];
+    memcpy(ops, tmp, n * sizeof *tmp);
+    free(tmp);
+    free(count);
+    return DDS_OK;
+}
+
+int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, bool bounded)
+{
+    size_t nremote = 0;
+    uint64_t rows_local = 0, rows_remote = 0, bytes_local = 0, bytes_remote = 0;
+    int self = s->is_reader ? -1 : s->group_rank;
+    for (size_t i = 0; i < nops; i++) {
+        dds_read_op op = ops[i];
+        if (op.owner == self) {
+            rows_local += (uint64_t)(op.len / v->row_bytes);
+            bytes_local += (uint64_t)op.len;
+        } else {
+            rows_remote += (uint64_t)(op.len / v->row_bytes);
+            bytes_remote += (uint64_t)op.len;
+        }
+        const char *peer = v->peer_base ? v->peer_base[op.owner] : NULL;
+        if (peer)
+            memcpy(op.dst, peer + op.src_offset, (size_t)op.len);
+        else
+            ops[nremote++] = op;
+    }
+    int rc = DDS_OK;
+    if (nremote) {
+        rc = group_by_owner(ops, nremote, s->group_size);
+        if (rc == DDS_OK)
+            rc = s->tp->read(s, v, ops, nremote, bounded);
+    }
+    atomic_fetch_add(&s->st_rows_local, rows_local);
+    atomic_fetch_add(&s->st_rows_remote, rows_remote);
+    atomic_fetch_add(&s->st_bytes_local, bytes_local);
+    atomic_fetch_add(&s->st_bytes_remote, bytes_remote);
+    return rc;
+}
