@@ -13,6 +13,7 @@ between atoms of type 0, which a sum-aggregating GNN computes exactly.
 """
 
 import argparse
+import gc
 import os
 import socket
 
@@ -99,6 +100,12 @@ def main(comm=MPI.COMM_WORLD, graphs=2000, epochs=4, batch_graphs=64, verbose=Tr
     if verbose and rank == 0:
         print(f"rank 0 read {st['rows_local']} rows from its own shard and {st['rows_remote']} from others")
     loader.close()
+    # The DDP model goes before the process group: a group destroyed by the
+    # model's garbage collection joins gloo's threads while holding the GIL,
+    # and a gloo thread still releasing a finished allreduce's tensors waits
+    # for the GIL (a deadlock seen once in CI, torch 2.13 on CPU).
+    del model, opt
+    gc.collect()
     ds.free()                                 # collective
     torch.distributed.destroy_process_group()
     return means

@@ -10,6 +10,7 @@ MPI starts the processes and the store's transport; torch.distributed (gloo)
 averages the gradients. Any number of ranks works.
 """
 
+import gc
 import os
 import socket
 
@@ -77,5 +78,8 @@ st = ds.ddstore.stats()
 if rank == 0:
     print(f"rank 0 read {st['rows_local']} rows from its own shard and {st['rows_remote']} from others")
 loader.close()
+# The DDP model goes before the process group (see examples/graph_ddp.py).
+del model, opt
+gc.collect()
 ds.free()                                       # collective
 torch.distributed.destroy_process_group()
