@@ -186,14 +186,10 @@ class StoreDataset(torch.utils.data.Dataset):
             return
         self._release_all()
         self._store = None
-        self._free_extra()
         store.free()
 
     def _release_all(self):
         """Undo what needs the store still open (DistDataset: its alloc() buffers)."""
-
-    def _free_extra(self):
-        """Release what the dataset holds besides the store, once it is marked freed."""
 
     close = free
 
