@@ -86,6 +86,7 @@ module ddstore
     integer(c_int32_t) :: is_reader = 0
     integer(c_int32_t) :: node_local = 0
     integer(c_int32_t) :: reads_collective = 0
+    integer(c_int32_t) :: node_shm = 0
   end type dds_store_info
 
   type, bind(C) :: dds_var_info
@@ -278,6 +279,15 @@ module ddstore
       integer(c_size_t), value :: buflen
       integer(c_int) :: dds_var_name
     end function dds_var_name
+
+    function dds_store_property(store, key, buf, buflen) bind(C, name="dds_store_property")
+      import :: c_ptr, c_int, c_char, c_size_t
+      type(c_ptr), value :: store
+      character(kind=c_char) :: key(*)
+      type(c_ptr), value :: buf
+      integer(c_size_t), value :: buflen
+      integer(c_int) :: dds_store_property
+    end function dds_store_property
 
     ! Receive buffers (methods 1 and 2)
     function dds_register_recv(store, buf, len) bind(C, name="dds_register_recv")

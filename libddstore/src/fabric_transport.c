@@ -3,7 +3,9 @@
  * fabric_read.c (reads, destination buffers). Core stores get it from
  * dds_create, readers from dds_join (fabric_join.c). Method 2's publication
  * is part of open and expose; fabric.c tells the methods apart. */
-#include "internal.h"
+#include <stdio.h>
+
+#include "fabric_internal.h"
 
 /* Open as dds_transport.open asks: a result agreed over s->comm, and
  * nothing left open on failure (another group may be the one that failed). */
@@ -24,6 +26,11 @@ static int fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nop
     return dds_fab_read(s, v, ops, nops);
 }
 
+static void fab_describe(const dds_store *s, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "libfabric:%s", s->fab ? s->fab->prov : "?");
+}
+
 const dds_transport dds_transport_fabric = {
     .size = sizeof(dds_transport),
     .name = "libfabric",
@@ -38,4 +45,5 @@ const dds_transport dds_transport_fabric = {
     .sync = NULL, /* fi_read reads memory; no window to synchronise */
     .register_recv = dds_fab_register_recv,
     .unregister_recv = dds_fab_unregister_recv,
+    .describe = fab_describe,
 };

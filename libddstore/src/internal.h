@@ -112,6 +112,9 @@ typedef struct dds_transport {
     /* Register / unregister a destination buffer of reads. */
     int (*register_recv)(dds_store *s, void *buf, size_t len);
     int (*unregister_recv)(dds_store *s, void *buf);
+    /* Name what moves rows between nodes, NUL-terminated in buf[0..cap)
+     * (dds_store_info.transport). Local. */
+    void (*describe)(const dds_store *s, char *buf, size_t cap);
 } dds_transport;
 
 DDS_HIDDEN extern const dds_transport dds_transport_rma;

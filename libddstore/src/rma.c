@@ -471,6 +471,12 @@ int dds_rma_sync_local(dds_store *s, dds_var *v)
     return mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Win_sync");
 }
 
+static void rma_describe(const dds_store *s, char *buf, size_t cap)
+{
+    (void)s;
+    snprintf(buf, cap, "mpi");
+}
+
 const dds_transport dds_transport_rma = {
     .size = sizeof(dds_transport),
     .name = "MPI RMA",
@@ -485,4 +491,5 @@ const dds_transport dds_transport_rma = {
     .sync = dds_rma_sync_local,
     .register_recv = NULL, /* MPI registers (or copies) what it needs per call */
     .unregister_recv = NULL,
+    .describe = rma_describe,
 };

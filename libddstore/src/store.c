@@ -373,8 +373,30 @@ DDS_API int dds_store_info_get(const dds_store *s, dds_store_info *info)
         r.n_groups = s->size / s->width;
         r.node_local = s->node_local && s->shm_enabled;
         r.reads_collective = dds_reads_collective(s);
+        r.node_shm = s->shm_enabled;
     }
     memcpy(info, &r, info->size < sizeof r ? info->size : sizeof r);
+    return DDS_OK;
+}
+
+DDS_API int dds_store_property(const dds_store *s, const char *key, char *buf, size_t buflen)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (!key || (!buf && buflen))
+        return dds_err(DDS_EINVAL, "store property: %s is NULL", key ? "buf" : "key");
+    char text[512] = "";
+    if (strcmp(key, "transport") == 0 && s->tp->describe)
+        s->tp->describe(s, text, sizeof text);
+    else
+        return dds_err(DDS_ENOENT, "no store property '%s' (known: transport)", key);
+    size_t len = strlen(text);
+    if (buflen)
+        snprintf(buf, buflen, "%s", text);
+    if (len >= buflen)
+        return dds_err(DDS_ERANGE, "store property '%s' needs %zu bytes, got %zu", key, len + 1, buflen);
     return DDS_OK;
 }
 

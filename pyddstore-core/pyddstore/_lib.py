@@ -63,6 +63,8 @@ class StoreInfo(ctypes.Structure):
         ("is_reader", ctypes.c_int32),
         ("node_local", ctypes.c_int32),
         ("reads_collective", ctypes.c_int32),
+        # since ABI 1.2
+        ("node_shm", ctypes.c_int32),
     ]
 
 
@@ -139,6 +141,8 @@ _PROTOTYPES = {
     "dds_init_versioned": (_i, [_vp, _cp, _i64, _i64, _u32, _i64]),
     "dds_var_block_rows": (_i, [_vp, _cp, ctypes.POINTER(_i64)]),
     "dds_generation": (_i, [_vp, _cp, _i64, ctypes.POINTER(ctypes.c_uint64)]),
+    # store properties (ABI 1.2)
+    "dds_store_property": (_i, [_vp, _cp, _vp, _sz]),
 }
 
 

@@ -277,6 +277,7 @@ class PyDDStore:
         self.width = info.group_size
         # libddstore's own rule (dds_get_batch), not derived again here.
         self.reads_collective = bool(info.reads_collective)
+        self._store_info = info
 
     # -- helpers
 
@@ -675,10 +676,50 @@ class PyDDStore:
         return VarInfo(v.name, v.global_rows, v.local_rows, v.row_bytes, v.dtype, v.row_shape,
                        v.offsets.copy(), v.first_row)
 
-    def info(self, name):
-        """(total_rows, disp, itemsize) of `name`, as the original DDStore reports it."""
-        v = self._var(name)
-        return (v.global_rows, v.disp, v.itemsize)
+    def info(self, name=None):
+        """Describe the store, or one variable.
+
+        ``info(name)``: ``(total_rows, disp, itemsize)`` of variable `name`,
+        as the original DDStore reports it.
+
+        ``info()``: a dict describing how this store moves rows, from
+        libddstore: ``method``; ``transport`` (``"mpi"`` for method 0,
+        ``"libfabric:<provider>"`` for methods 1 and 2); ``node_shm`` (True
+        when the shards of ranks on one node live in node shared memory, so
+        that reading a node peer's rows is a memcpy for *every* method; the
+        transport then carries only rows of other nodes;
+        ``DDSTORE_NODE_LOCAL=0`` turns it off); ``node_local`` (the whole
+        group is on one node: every read is a memcpy); ``reads_collective``;
+        ``rank``, ``size``, ``group_rank``, ``group_size``, ``group_index``,
+        ``is_reader``.
+        """
+        if name is not None:
+            v = self._var(name)
+            return (v.global_rows, v.disp, v.itemsize)
+        if self._h is None:
+            raise DDStoreStateError("the store was not created", DDS_ESTATE)
+        return {
+            "method": self.method,
+            "transport": self._property("transport"),
+            "node_shm": bool(self._store_info.node_shm),
+            "node_local": self.node_local,
+            "reads_collective": self.reads_collective,
+            "rank": self.rank,
+            "size": self.size,
+            "group_rank": self.group_rank,
+            "group_size": self.group_size,
+            "group_index": self.group_index,
+            "is_reader": self.is_reader,
+        }
+
+    def _property(self, key):
+        """Text of libddstore's store property `key` (dds_store_property)."""
+        buf = ctypes.create_string_buffer(512)
+        with self._h as ptr:
+            rc = _c.dds_store_property(ptr, key.encode(), ctypes.addressof(buf), len(buf))
+        if rc:
+            self._raise(rc)
+        return buf.value.decode("utf-8", "replace")
 
     def names(self):
         """Names of the variables, in the order they were added."""

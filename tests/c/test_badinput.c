@@ -477,6 +477,26 @@ static int c_info_size_zero(ctx *c, int *e)
     return dds_store_info_get(c->s, &si);
 }
 
+static int c_property_null_key(ctx *c, int *e)
+{
+    *e = DDS_EINVAL;
+    char buf[8];
+    return dds_store_property(c->s, NULL, buf, sizeof buf);
+}
+
+static int c_property_null_buf(ctx *c, int *e)
+{
+    *e = DDS_EINVAL;
+    return dds_store_property(c->s, "transport", NULL, 8);
+}
+
+static int c_property_freed(ctx *c, int *e)
+{
+    *e = DDS_ESTATE;
+    char buf[8];
+    return dds_store_property(c->freed, "transport", buf, sizeof buf);
+}
+
 static int c_var_count_freed(ctx *c, int *e)
 {
     *e = DDS_ESTATE;
@@ -1309,6 +1329,9 @@ static const bad_case cases[] = {
     CASE(c_info_null_store),
     CASE(c_info_null_info),
     CASE(c_info_size_zero),
+    CASE(c_property_null_key),
+    CASE(c_property_null_buf),
+    CASE(c_property_freed),
     CASE(c_var_count_freed),
     CASE(c_stats_freed),
     CASE(c_stats_reset_garbage),

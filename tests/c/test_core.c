@@ -52,6 +52,13 @@ static void data_suite(int width)
     CHECK(si.reads_collective == (si.method == 0 && si.group_size > 1 && !si.node_local),
           "reads_collective %d (method %d, group of %d, node_local %d)", si.reads_collective,
           si.method, si.group_size, si.node_local);
+    char tp[128];
+    OK(dds_store_property(s, "transport", tp, sizeof tp));
+    CHECK(si.method == 0 ? strcmp(tp, "mpi") == 0 : strncmp(tp, "libfabric:", 10) == 0 && tp[10],
+          "transport '%s' for method %d", tp, si.method);
+    CHECK(dds_store_property(s, "transport", tp, 3) == DDS_ERANGE && strlen(tp) == 2,
+          "a short buffer gives DDS_ERANGE and a truncated text");
+    CHECK(dds_store_property(s, "no such key", tp, sizeof tp) == DDS_ENOENT, "unknown key");
 
     int64_t first = 0;
     for (int g = 0; g < si.group_rank; g++)

@@ -154,6 +154,10 @@ typedef struct dds_store_info {
     int32_t reads_collective; /* 1 when dds_get_batch/dds_get_ranges/dds_read_fail are
                                  group-collective (method 0, group of several ranks not all
                                  in one node's shared memory); 0 otherwise and for a reader */
+    /* Since ABI 1.2: */
+    int32_t node_shm;     /* 1 when the shards of ranks on one node live in node shared memory:
+                             reading a node peer's rows is then a memcpy, for every method
+                             (DDSTORE_NODE_LOCAL=0 turns it off); 0 for a reader */
 } dds_store_info;
 
 /* Variable description, filled by dds_query(). */
@@ -241,6 +245,17 @@ DDS_API int dds_free(dds_store *store);
 
 /* Describe a store. `info->size` must be set. Local; thread-safe. */
 DDS_API int dds_store_info_get(const dds_store *store, dds_store_info *info);
+
+/* Copy the text of store property `key` into buf[0..buflen), NUL-terminated.
+ * Keys (more may be added; an unknown key gives DDS_ENOENT):
+ *   "transport"  what moves rows between nodes: "mpi" (method 0) or
+ *                "libfabric:<provider>" (methods 1 and 2, readers), e.g.
+ *                "libfabric:tcp;ofi_rxm".
+ * DDS_ERANGE when the text does not fit (buf then holds a truncated,
+ * NUL-terminated prefix); DDS_EINVAL for a NULL key, or a NULL buf with
+ * buflen > 0. Local; thread-safe. Since ABI 1.2 (symbol version
+ * DDSTORE_1.2). */
+DDS_API int dds_store_property(const dds_store *store, const char *key, char *buf, size_t buflen);
 
 /* ---- Variables -------------------------------------------------------- */
 

@@ -221,3 +221,24 @@ def test_reads_collective_reported_and_obeyed(comm, width):
                 assert "rank " in str(e.value), e.value
         else:
             s.get_batch("rc", out, rows)
+
+
+def test_store_info_describes_transport_and_node_memory(comm):
+    """store.info() (no name) reports libddstore's own view: the method, what
+    moves rows between nodes, and whether node peers' rows are memcpy from
+    node shared memory (DDSTORE_NODE_LOCAL, default on, for every method)."""
+    with make_store(comm) as s:
+        d = s.info()
+        assert d["method"] == METHOD
+        if METHOD == 0:
+            assert d["transport"] == "mpi"
+        else:
+            assert d["transport"].startswith("libfabric:") and len(d["transport"]) > len("libfabric:")
+        want_shm = os.environ.get("DDSTORE_NODE_LOCAL", "1") != "0"
+        assert d["node_shm"] is want_shm
+        assert d["reads_collective"] is s.reads_collective
+        assert d["node_local"] is s.node_local
+        assert (d["rank"], d["size"], d["group_rank"], d["group_size"]) == (
+            comm.rank, comm.size, s.group_rank, s.group_size)
+        s.add("i", local_values(s, (), "int32"))
+        assert s.info("i")[0] == s.query("i").global_rows
