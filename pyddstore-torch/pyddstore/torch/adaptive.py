@@ -33,9 +33,10 @@ What each name does:
   runs gradient accumulation behind the script's back (no all-reduce, no
   ``optimizer.step``/``zero_grad`` on accumulation steps) and scales the
   learning rate (:class:`AdaScale` by default).
-* :class:`~pyddstore.torch.sampler.ElasticSampler` (re-exported): AdaptDL's
-  ``ElasticSampler(dataset, shuffle=True)``; ``mode="adaptdl"`` gives
-  AdaptDL's exact order, which AdaptiveDataLoader uses.
+* :class:`ElasticSampler`: AdaptDL's ``ElasticSampler(dataset, shuffle=True)``
+  (:class:`pyddstore.torch.sampler.ElasticSampler` in ``mode="adaptdl"``:
+  AdaptDL's order, an index past the dataset's end is a later pass), which
+  AdaptiveDataLoader uses.
 * ``remaining_epochs_until``, ``current_epoch``, ``finished_epochs``,
   ``current_dataloader``, :class:`Accumulator`: AdaptDL's epoch loop and
   metric helpers.
@@ -43,8 +44,10 @@ What each name does:
 Restart: AdaptDL checkpoints itself when its scheduler restarts a job; here
 the script saves ``loader.state_dict()`` (with its model and optimizer) at an
 optimizer step and calls ``loader.load_state_dict()`` after the restart, on
-any number of ranks: the epoch, the position in it, the batch-size schedule,
-the measured profile and gradient statistics all continue.
+any number of ranks: the epoch, the position in it (the batch being trained
+on when the state is taken counts as consumed), the dataloader loops
+already finished in the epoch, the batch-size schedule, the measured
+profile and gradient statistics all continue.
 
 Not carried over: AdaptDL's scheduler, which changes the number of replicas
 of a running job (here the job runs on the ranks ``mpiexec`` started; a
@@ -54,6 +57,7 @@ the ``AdamScale``/``LEGWScale`` rules.
 """
 
 import atexit
+import collections.abc
 import contextlib
 import functools
 import gc
@@ -71,10 +75,9 @@ from pyddstore._agreement import agree
 
 from . import goodput as _gp
 from ._logging import logger
-from .batchsize import SplitSizes, plan_local_batch
+from . import sampler as _sampler
+from .batchsize import SplitSizes, max_local_batch, plan_local_batch
 from .loader import ThreadDataLoader
-from .sampler import ElasticSampler
-from .sampler import default_replicas
 
 __all__ = [
     "Accumulator",
@@ -95,7 +98,7 @@ __all__ = [
     "reset",
 ]
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 # A new batch size must promise this much more goodput: measurements are
 # noisy, and every change restarts the loader's prefetching.
 _SPEEDUP_THRESHOLD = 1.05
@@ -117,6 +120,7 @@ class _Job:
         self.figures = {}             # the last decision's model values (to_tensorboard)
         self.trajectory = []          # (optimizer step, local bsz, accum, global bsz, goodput)
         self.optim_steps = 0
+        self.positions = {}           # epoch -> dataloader loops entered in it (AdaptDL's positions)
 
 
 _job = _Job()
@@ -251,6 +255,30 @@ def _world():
 
 
 # ------------------------------------------------------------ data loader
+class ElasticSampler(_sampler.ElasticSampler):
+    """AdaptDL's ``ElasticSampler(dataset, shuffle=True)``: partitions a dataset over the replicas, resumable.
+
+    :class:`pyddstore.torch.sampler.ElasticSampler` in ``mode="adaptdl"``, with
+    AdaptDL's signature: ``set_epoch(epoch, index)`` starts at position
+    ``index % N`` of pass ``index // N`` of the epoch (``N = len(dataset)``;
+    an ``index >= N`` is a position in a later pass, whose order differs
+    when shuffling), ``len(sampler) == ceil((N - index % N) / num_replicas)``
+    on every replica, and a replica short of that is given one more sample,
+    the epoch's ``perm[rank]``. The order is AdaptDL's
+    (``torch.randperm`` seeded by ``hash((epoch, index // N))``).
+
+    ``num_replicas``, ``rank`` (keyword-only; AdaptDL takes them from its
+    scheduler): default :func:`~pyddstore.torch.sampler.default_replicas`;
+    as in AdaptDL they are plain attributes that may be set afterwards.
+    ``seed`` (keyword-only, pyddstore's): added to AdaptDL's seed; 0 keeps
+    AdaptDL's exact order. ``state_dict``/``load_state_dict`` are the
+    parent class's.
+    """
+
+    def __init__(self, dataset, shuffle=True, *, num_replicas=None, rank=None, seed=0):
+        super().__init__(dataset, num_replicas, rank, shuffle=shuffle, seed=seed, mode="adaptdl")
+
+
 def _check_bound(value, what):
     if value is None:
         return None
@@ -289,10 +317,15 @@ class AdaptiveDataLoaderHelper:
         self._sync_interval = 50
         self._local = -(-self.batch_size // self.num_replicas)
         self._accum = 0
+        self._target = self.batch_size   # the global batch size _local/_accum split
         self._accum_count = 0
         self._index = 0
         self._index_epoch = None      # the epoch _index belongs to
-        self._done_epoch = None       # the last epoch whose loop finished
+        self._last_position = {}      # epoch -> position of this loader's last finished loop
+        self._position = None         # position (in its epoch) of the loop being iterated
+        self._skipping = False        # that loop finished before a restart
+        self._pass_end = False        # the batch being yielded is the last of a pass
+        self._dataset_len = None      # samples per pass, when the loader knows it
         self._steps_since_sync = 0
         self._pass_optim_steps = 0
         self.end_index = None
@@ -384,43 +417,82 @@ class AdaptiveDataLoaderHelper:
                                             max_local=hi, gradient_accumulation=gradient_accumulation)
         except ValueError as e:
             raise ValueError(f"local_bsz_bounds {local_bsz_bounds!r}: {e}") from None
-        if local * (accum + 1) * self.num_replicas > max_batch_size:
-            raise ValueError(f"the initial batch {self.batch_size} needs {local} x {accum + 1} per "
-                             f"replica on {self.num_replicas} replicas, over max_batch_size "
-                             f"{max_batch_size}: raise max_batch_size or lower the bounds")
+        _check_max_batch(local, accum, self.num_replicas, max_batch_size,
+                         f"the initial batch {self.batch_size}")
         self._max_batch_size = max_batch_size
         self._bounds = (lo, hi)
         self._accumulation = gradient_accumulation
         self._sync_interval = sync_interval
-        self._local, self._accum = local, accum
+        self._local, self._accum, self._target = local, accum, self.batch_size
         self.train()
 
     # ------------------------------------------------------- iteration
     @contextlib.contextmanager
     def context(self):
-        """Iterate under this context: it marks this loader as the current one (one at a time)."""
+        """Iterate under this context: one dataloader loop (one at a time), as in AdaptDL.
+
+        Loops are numbered in their epoch (over all loaders) in the order they
+        start. When the loop ends, whether it ran to its end or was left
+        (``break``, an exception), it counts as finished: the next loop over
+        this loader starts at the beginning of a pass, and after a restart
+        from a state taken later a loop finished before is skipped
+        (:meth:`skipdone`).
+        """
         cur = current_dataloader()
         if cur is not None and cur is not self:
             raise RuntimeError("another AdaptiveDataLoader is being iterated: only one dataloader "
                                "loop may run at a time")
-        if _job.current_epoch is None:
+        epoch = _job.current_epoch
+        if epoch is None:
             raise RuntimeError("iterate an AdaptiveDataLoader inside an epoch loop: "
                                "for epoch in remaining_epochs_until(n): for batch in loader: ...")
-        if self._index_epoch != _job.current_epoch:
-            self._index, self._index_epoch = 0, _job.current_epoch
+        position = _job.positions.get(epoch, 0)
+        _job.positions[epoch] = position + 1
+        if self._index_epoch != epoch:
+            self._index, self._index_epoch = 0, epoch
+        # Finished epochs never run again: forget their loops.
+        self._last_position = {e: p for e, p in self._last_position.items() if e >= epoch}
+        skipping = position <= self._last_position.get(epoch, -1)
+        self._position, self._skipping = position, skipping
         _job.current = weakref.ref(self)
         try:
             yield
         finally:
             _job.current = None
+            self._position, self._skipping, self._pass_end = None, False, False
+            if not skipping:
+                self._last_position[epoch] = position
+                self._index = 0
 
     def skipdone(self):
-        """True if this epoch's loop already finished (before a restart): do not replay it."""
-        return self._done_epoch is not None and self._done_epoch == _job.current_epoch
+        """True if the loop being entered finished before the restart its state comes from: do not replay it.
 
-    def _finish_epoch(self):
-        self._done_epoch = _job.current_epoch
-        self._index = 0
+        Call it first thing under :meth:`context` (AdaptDL's rule).
+        """
+        return self._skipping
+
+    def _progress_done(self, progress):
+        """With adaptive batch sizes: whether statistical progress ``progress`` ends the epoch."""
+        n = self._dataset_len
+        return bool(self._max_batch_size is not None and n
+                    and progress >= n * (_job.current_epoch + 1) / self.batch_size)
+
+    def _after_body(self, progress):
+        """``(index, loop finished)`` once the body of the batch being yielded returns.
+
+        ``progress``: the statistical progress then. What the loader does
+        after that body: end the loop (the epoch's progress is reached, or,
+        without adaptive batch sizes, the pass is over), go on with the next
+        pass (the index rounded up to the next multiple of the dataset's
+        length, as AdaptDL does) or go on in this one.
+        """
+        if self.is_optim_step() and self._progress_done(progress):
+            return 0, True
+        if self._pass_end:
+            if self._max_batch_size is None:
+                return 0, True
+            return self._index + (-self._index) % self._dataset_len, False
+        return self._index, False
 
     @contextlib.contextmanager
     def profile(self, commit):
@@ -491,7 +563,9 @@ class AdaptiveDataLoaderHelper:
                         "throughput": float(decision[5]), "efficiency": float(decision[6]),
                         "noise_scale": float(decision[7])}
         changed = (local, accum) != (self._local, self._accum)
-        self._local, self._accum = local, accum
+        if changed:
+            self._local, self._accum = local, accum
+            self._target = self.current_batch_size
         _job.trajectory.append((_job.optim_steps, local, accum, self.current_batch_size,
                                 *(float(v) for v in decision[3:8])))
         if changed:
@@ -539,7 +613,10 @@ class AdaptiveDataLoaderHelper:
 
         Take it at an optimizer step (in the body of a batch for which
         :meth:`is_optim_step` is True, or outside the loop), never between the
-        batches of one accumulated step: RuntimeError there.
+        batches of one accumulated step: RuntimeError there. In the body, the
+        batch being trained on counts as consumed: the state is the one the
+        loader will have once the body returns, so after the epoch's last
+        batch it records the loop as finished (a restart does not replay it).
         """
         in_body = current_dataloader() is self
         if in_body and self.is_accum_step():
@@ -551,6 +628,11 @@ class AdaptiveDataLoaderHelper:
         pending = 1 if in_body else 0
         progress = _job.progress + (
             float(_gain(self.current_batch_size, self.batch_size)) if pending else 0.0)
+        index, last = self._index, dict(self._last_position)
+        if in_body:
+            index, finished = self._after_body(progress)
+            if finished:
+                last[_job.current_epoch] = self._position
         state = {
             "version": _STATE_VERSION,
             "batch_size": self.batch_size,
@@ -558,9 +640,10 @@ class AdaptiveDataLoaderHelper:
             "local_bsz": self._local,
             "accumulation_steps": self._accum,
             "global_bsz": self.current_batch_size,
-            "index": self._index,
+            "target_bsz": self._target,
+            "index": index,
             "index_epoch": self._index_epoch,
-            "done_epoch": self._done_epoch,
+            "last_position": [[e, p] for e, p in sorted(last.items())],
             "end_index": self.end_index,
             "finished_epochs": _job.finished_epochs,
             "max_batch_size": self._max_batch_size,
@@ -578,29 +661,51 @@ class AdaptiveDataLoaderHelper:
     def load_state_dict(self, state):
         """Restore :meth:`state_dict`, possibly saved on another number of replicas.
 
-        On another number the global batch size is kept (the local size and
-        accumulation steps recomputed for this one, within the bounds); the
-        next choice by goodput then starts from there.
+        On another number of replicas the local size and accumulation steps
+        are recomputed for this one from the global batch size the saved
+        ones were a split of, not from that split's rounded-up total (which
+        would grow with every restart): the ``batch_size`` given to the
+        loader without adaptive batch sizes, else the last choice by goodput
+        (kept within ``[batch_size, max_batch_size]``), split within
+        ``local_bsz_bounds`` as :meth:`autoscale_batch_size` does and checked
+        against ``max_batch_size`` the same way (``ValueError`` if the bounds
+        cannot hold it on this number of replicas). The next choice by
+        goodput then starts from there.
         """
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+        if not isinstance(state, dict) or "version" not in state:
             raise ValueError("state must be a dict from AdaptiveDataLoader.state_dict()")
+        if state["version"] != _STATE_VERSION:
+            raise ValueError(f"the state has version {state['version']} but this pyddstore reads "
+                             f"version {_STATE_VERSION}: resume it with the pyddstore that saved it")
         if state["batch_size"] != self.batch_size:
             raise ValueError(f"the state was saved with batch_size={state['batch_size']} but this "
                              f"loader has {self.batch_size}: build it with the saved batch_size")
+        max_batch, bounds, accumulation = self._max_batch_size, self._bounds, self._accumulation
         if state["max_batch_size"] is not None:
-            lo, hi = state["local_bsz_bounds"]
-            self._max_batch_size = state["max_batch_size"]
-            self._bounds = (lo, hi)
-            self._accumulation = bool(state["gradient_accumulation"])
-        local, accum = state["local_bsz"], state["accumulation_steps"]
+            max_batch = state["max_batch_size"]
+            bounds = tuple(state["local_bsz_bounds"])
+            accumulation = bool(state["gradient_accumulation"])
+        local, accum, target = state["local_bsz"], state["accumulation_steps"], state["target_bsz"]
         if state["num_replicas"] != self.num_replicas:
-            lo, hi = self._bounds
-            local, accum = plan_local_batch(state["global_bsz"], self.num_replicas, min_local=lo,
-                                            max_local=hi, gradient_accumulation=self._accumulation
-                                            or accum > 0)
-        self._local, self._accum, self._accum_count = local, accum, 0
+            if max_batch is None:
+                target = self.batch_size
+            else:
+                target = min(max(target, self.batch_size), max_batch)
+            what = (f"the global batch {target} (saved on {state['num_replicas']} replicas) on "
+                    f"{self.num_replicas}")
+            try:
+                local, accum = plan_local_batch(target, self.num_replicas, min_local=bounds[0],
+                                                max_local=bounds[1],
+                                                gradient_accumulation=accumulation)
+            except ValueError as e:
+                raise ValueError(f"{what}: {e}") from None
+            if max_batch is not None:
+                _check_max_batch(local, accum, self.num_replicas, max_batch, what)
+        self._max_batch_size, self._bounds, self._accumulation = max_batch, bounds, accumulation
+        self._local, self._accum, self._target, self._accum_count = local, accum, target, 0
         self._index, self._index_epoch = state["index"], state["index_epoch"]
-        self._done_epoch, self.end_index = state["done_epoch"], state["end_index"]
+        self._last_position = {int(e): int(p) for e, p in state["last_position"]}
+        self.end_index = state["end_index"]
         _job.finished_epochs = state["finished_epochs"]
         self._steps_since_sync = int(state.get("steps_since_sync", 0))
         job = state.get("job")
@@ -611,6 +716,16 @@ class AdaptiveDataLoaderHelper:
             _job.progress, _job.optim_steps = float(job["progress"]), int(job["optim_steps"])
             _job.trajectory = [tuple(t) for t in job["trajectory"]]
             _job.figures = dict(job["figures"])
+
+
+def _check_max_batch(local, accum, num_replicas, max_batch_size, what):
+    """ValueError unless ``local`` is within what AdaptDL's rounding of ``max_batch_size`` allows."""
+    if local > max_local_batch(max_batch_size, num_replicas, accum):
+        raise ValueError(f"{what} needs {local} x {accum + 1} per replica on {num_replicas} "
+                         f"replicas, over max_batch_size {max_batch_size} (at most "
+                         f"{max_local_batch(max_batch_size, num_replicas, accum)} per replica): "
+                         f"raise max_batch_size, lower the minimum of local_bsz_bounds or use "
+                         f"fewer replicas")
 
 
 def _gain(batch_size, init_batch_size):
@@ -759,15 +874,21 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
             name = f"adaptdl-{_store_names[0]}"
             _store_names[0] += 1
             dataset = owned = DistDataset(dataset, name)
-        # AdaptDL's order: a position past the dataset's end is a later pass.
-        sampler = ElasticSampler(dataset, shuffle=shuffle, mode="adaptdl")
+        sampler = ElasticSampler(dataset, shuffle=shuffle)
         AdaptiveDataLoaderMixin.__init__(self, batch_size, num_replicas=sampler.num_replicas)
+        self._elastic._dataset_len = len(dataset)
         self._owned_store = owned
         super().__init__(dataset, batch_size=self._elastic.current_local_bsz, sampler=sampler,
                          **kwargs)
 
     def __iter__(self):
-        """Batches of the current epoch, from the saved position (see the class docs)."""
+        """Batches of the current epoch, from the saved position (see the class docs).
+
+        As in AdaptDL, every loop is a new one: a loop left with ``break``
+        counts as finished, and iterating again starts at the beginning of a
+        pass (only a restart from :meth:`load_state_dict` continues a loop in
+        the middle).
+        """
         h = self._elastic
         epoch = _job.current_epoch
         n = len(self.dataset)
@@ -778,9 +899,9 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
             done = False
             h._pass_optim_steps = 0
             resized = False
-            # Entered mid-pass (after a break or a restart): choose only if a
-            # choice is due, so that the decision points, and so the batches,
-            # are those of a loop never left.
+            # Entered mid-pass (a restart): choose only if a choice is due, so
+            # that the decision points, and so the batches, are those of the
+            # run that saved the state.
             entered_mid_pass = n > 0 and h._index % n != 0
             while not done:
                 if not resized and (not entered_mid_pass
@@ -789,18 +910,22 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
                 entered_mid_pass = False
                 self.sampler.set_epoch(epoch, h._index)
                 self.batch_sampler.batch_size = h.current_local_bsz
+                total = len(self.batch_sampler)
                 it = super().__iter__()
                 resized = False
+                count = 0
                 try:
-                    for idx, batch in enumerate(it):
+                    for batch in it:
+                        count += 1
                         h._index += k * h.current_local_bsz
+                        h._pass_end = count == total
                         optim = h.is_optim_step()
-                        with h.profile(self.training and idx >= 1):
+                        with h.profile(self.training and count >= 2):
                             yield batch
+                        h._pass_end = False
                         if not optim:
                             continue
-                        if h.max_batch_size is not None and \
-                                _job.progress >= n * (epoch + 1) / h.batch_size:
+                        if h._progress_done(_job.progress):
                             done = True
                             break
                         if h._steps_since_sync >= h._sync_interval and h._sync_local_bsz():
@@ -808,18 +933,17 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
                             break
                 finally:
                     it.close()
-                if done or resized:
-                    continue
+                if done or (resized and count < total):
+                    continue              # finished, or resized in the middle of the pass
                 if h.max_batch_size is None:
-                    done = True
-                elif h._pass_optim_steps == 0 and not h.is_accum_step():
+                    break                 # one pass
+                if h._pass_optim_steps == 0 and not h.is_accum_step():
                     # A pass shorter than one optimizer step, no progress possible.
                     raise RuntimeError("the dataset is smaller than one batch per replica: "
                                        "lower batch_size or use fewer ranks")
                 # Next pass: round the position up to the start of the next pass.
                 h._index += (-h._index) % n if n else 0
                 h._pass_optim_steps = 0
-            h._finish_epoch()
 
     def __len__(self):
         """Batches of one pass over the dataset at the current local batch size, on this replica."""
@@ -1110,56 +1234,132 @@ class AdaptiveDataParallel(torch.nn.parallel.DistributedDataParallel):
 
 
 # ----------------------------------------------------------- accumulator
-class Accumulator(dict):
+class Accumulator(collections.abc.MutableMapping):
     """AdaptDL's ``Accumulator``: sums of statistics over all replicas.
 
-    Accumulation mode (the default): ``acc["loss"] += x`` and
-    ``acc.update(...)`` add to this replica's updates. Inside
-    ``with acc.synchronized():`` (collective over torch.distributed, or this
-    process alone without it) every replica's updates are summed into the
-    shared values, and ``acc`` reads like a dict with the same contents on
-    every replica. Values are numbers.
+    **Accumulation mode** (the default): ``acc["loss"] += x``, ``acc["n"] -= 1``,
+    ``acc.update(loss=x)``, ``acc.subtract(n=1)``, ``acc += {"loss": x}`` and
+    ``acc -= {...}`` add to (subtract from) this replica's pending updates;
+    every replica may make different ones. Reads see an empty dict
+    (``len(acc) == 0``, ``"loss" not in acc``, ``acc.get("loss")`` is None);
+    assigning a value (``acc["loss"] = x``) raises ``TypeError``.
+
+    **Synchronized mode**, inside ``with acc.synchronized():`` (collective over
+    torch.distributed, or this process alone without it): every replica's
+    pending updates are summed into the values, and ``acc`` is a dict with
+    the same contents on every replica (writes there must be the same on
+    every replica too). ``update``/``subtract``/``+=``/``-=`` stay additive.
+    ``Accumulator(*args, **kwargs)``: initial values, as ``dict()`` takes
+    them (the same on every replica; not summed over replicas).
     """
 
     def __init__(self, *args, **kwargs):
-        super().__init__()
-        self._updates = dict(*args, **kwargs)
+        self._values = dict(*args, **kwargs)  # synchronized values, the same on every replica
+        self._updates = {}                     # this replica's pending updates
         self._synced = False
 
     def __getitem__(self, key):
+        """The value inside ``synchronized()``; outside, a placeholder that only ``+=``/``-=`` accept."""
         if self._synced:
-            return super().__getitem__(key)
-        return self._updates.get(key, 0)
+            return self._values[key]
+        return _PendingUpdate(self, key)
 
     def __setitem__(self, key, value):
         if self._synced:
-            super().__setitem__(key, value)
-        else:
-            self._updates[key] = value
+            self._values[key] = value
+            return
+        if not isinstance(value, _PendingUpdate) or value.accum is not self or value.key != key:
+            raise TypeError(f"Accumulator[{key!r}] = ...: outside synchronized() an Accumulator only "
+                            f"adds (acc[key] += x, acc.update(...), acc.subtract(...)); assign "
+                            f"inside `with acc.synchronized():`")
+        self._updates[key] = self._updates.get(key, 0) + value.delta
+
+    def __delitem__(self, key):
+        if not self._synced:
+            raise KeyError(key)
+        del self._values[key]
+
+    def __iter__(self):
+        return iter(self._values if self._synced else ())
+
+    def __len__(self):
+        return len(self._values) if self._synced else 0
+
+    def __contains__(self, key):
+        return self._synced and key in self._values
+
+    def get(self, key, default=None):
+        """``acc[key]`` inside ``synchronized()`` if present, else ``default`` (always outside)."""
+        return self._values.get(key, default) if self._synced else default
+
+    def __repr__(self):
+        return repr(self._values if self._synced else {})
 
     def update(self, *args, **kwargs):
-        """Add to the values (accumulation mode) or set them (synchronized mode)."""
-        other = dict(*args, **kwargs)
-        for key, value in other.items():
-            if self._synced:
-                super().__setitem__(key, value)
-            else:
-                self._updates[key] = self._updates.get(key, 0) + value
+        """Add the given values (a mapping, pairs or keywords, as ``dict()`` takes) to the accumulated ones."""
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = self.get(key, 0) + value if self._synced else self[key] + value
+
+    def subtract(self, *args, **kwargs):
+        """Subtract the given values (as :meth:`update` takes them) from the accumulated ones."""
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = self.get(key, 0) - value if self._synced else self[key] - value
+
+    def __iadd__(self, other):
+        """``acc += {key: value, ...}``: :meth:`update`."""
+        self.update(other)
+        return self
+
+    def __isub__(self, other):
+        """``acc -= {key: value, ...}``: :meth:`subtract`."""
+        self.subtract(other)
+        return self
 
     @contextlib.contextmanager
     def synchronized(self):
-        """Sum every replica's updates into the values; read them inside this context."""
+        """Sum every replica's pending updates into the values; read them inside this context.
+
+        Collective: every replica enters it at the same point. Entering it
+        again inside it does nothing more.
+        """
+        if self._synced:
+            yield self
+            return
         updates, self._updates = self._updates, {}
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             gathered = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, updates)
         else:
             gathered = [updates]
-        for upd in gathered:
+        for upd in gathered:                  # rank order: the same sums on every replica
             for key, value in upd.items():
-                super().__setitem__(key, super().get(key, 0) + value)
+                self._values[key] = self._values[key] + value if key in self._values else value
         self._synced = True
         try:
             yield self
         finally:
             self._synced = False
+
+
+class _PendingUpdate:
+    """What ``acc[key]`` gives outside ``synchronized()``: collects ``+ x``/``- x`` for ``acc[key] = ...``."""
+
+    __slots__ = ("accum", "key", "delta")
+
+    def __init__(self, accum, key):
+        self.accum, self.key, self.delta = accum, key, 0
+
+    def __add__(self, value):
+        if isinstance(value, _PendingUpdate):
+            raise TypeError("an Accumulator's pending update cannot be added to another")
+        self.delta = self.delta + value
+        return self
+
+    def __sub__(self, value):
+        if isinstance(value, _PendingUpdate):
+            raise TypeError("an Accumulator's pending update cannot be subtracted from another")
+        self.delta = self.delta - value
+        return self
+
+    def __repr__(self):
+        return f"<pending Accumulator update of {self.key!r}: {self.delta!r}>"

@@ -16,6 +16,8 @@ is where another controller plugs in.
 
 import operator
 
+import numpy as np
+
 from .sampler import default_replicas
 
 __all__ = ["GlobalBatchSize"]
@@ -35,6 +37,38 @@ def _positive_int(value, what, allow_none=False):
     return value
 
 
+def split_batch(batch_size, num_replicas, *, min_local=1, max_local=None,
+                gradient_accumulation=False):
+    """AdaptDL's split of a global batch size: ``(local_batch_size, accumulation_steps)``.
+
+    ``steps = ceil(batch_size / (num_replicas * max_local))`` micro-batches per
+    optimizer step with ``gradient_accumulation`` (else 1), ``local =
+    ceil(batch_size / (num_replicas * steps))``, then clamped into
+    ``[min_local, max_local]``. Works elementwise on numpy integer arrays
+    (``batch_size`` may be one) and never raises: a clamp to ``max_local``
+    without accumulation gives a global batch below ``batch_size``, which
+    :func:`plan_local_batch` refuses. Arguments are not checked.
+    """
+    steps = 1
+    if gradient_accumulation and max_local is not None:
+        steps = np.maximum(-(-batch_size // (num_replicas * max_local)), 1)
+    local = np.maximum(-(-batch_size // (num_replicas * steps)), min_local)
+    if max_local is not None:
+        local = np.minimum(local, max_local)
+    return local, steps - 1
+
+
+def max_local_batch(max_batch_size, num_replicas, accumulation_steps=0):
+    """Largest local batch that :func:`split_batch` gives for a global batch of at most ``max_batch_size``.
+
+    A replica's share of ``max_batch_size`` rounded up, ``ceil(max_batch_size
+    / (num_replicas * (accumulation_steps + 1)))``: as in AdaptDL, the actual
+    global batch may exceed ``max_batch_size`` by less than one sample per
+    replica and micro-batch (128 on 3 replicas: 43 each, 129 in total).
+    """
+    return -(-max_batch_size // (num_replicas * (accumulation_steps + 1)))
+
+
 def plan_local_batch(batch_size, num_replicas, *, min_local=1, max_local=None,
                      gradient_accumulation=False):
     """Split a global batch size: returns ``(local_batch_size, accumulation_steps)``.
@@ -46,7 +80,8 @@ def plan_local_batch(batch_size, num_replicas, *, min_local=1, max_local=None,
     ``accumulation_steps = k - 1``; without it, ``ValueError``. A local size
     below ``min_local`` is raised to ``min_local`` (the actual global batch is
     then larger than asked). The actual global batch size is
-    ``local * (accumulation_steps + 1) * num_replicas >= batch_size``.
+    ``local * (accumulation_steps + 1) * num_replicas >= batch_size``
+    (:func:`split_batch` with the arguments checked).
     """
     batch_size = _positive_int(batch_size, "batch_size")
     num_replicas = _positive_int(num_replicas, "num_replicas")
@@ -55,18 +90,15 @@ def plan_local_batch(batch_size, num_replicas, *, min_local=1, max_local=None,
     if max_local is not None and max_local < min_local:
         raise ValueError(f"max_local ({max_local}) must be >= min_local ({min_local})")
     local = -(-batch_size // num_replicas)
-    steps = 1
-    if max_local is not None and local > max_local:
-        if not gradient_accumulation:
-            raise ValueError(
-                f"global batch size {batch_size} on {num_replicas} replicas needs a local "
-                f"batch of {local} > max_local={max_local}: pass gradient_accumulation=True, "
-                f"raise max_local, or use more replicas"
-            )
-        steps = -(-local // max_local)
-        local = -(-batch_size // (num_replicas * steps))
-    local = max(local, min_local)
-    return local, steps - 1
+    if max_local is not None and local > max_local and not gradient_accumulation:
+        raise ValueError(
+            f"global batch size {batch_size} on {num_replicas} replicas needs a local "
+            f"batch of {local} > max_local={max_local}: pass gradient_accumulation=True, "
+            f"raise max_local, or use more replicas"
+        )
+    local, accum = split_batch(batch_size, num_replicas, min_local=min_local, max_local=max_local,
+                               gradient_accumulation=gradient_accumulation)
+    return int(local), int(accum)
 
 
 class SplitSizes:

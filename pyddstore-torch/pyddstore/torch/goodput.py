@@ -36,6 +36,8 @@ import math
 
 import numpy as np
 
+from .batchsize import split_batch
+
 __all__ = [
     "GradParams",
     "PerfParams",
@@ -246,7 +248,7 @@ def _nnls(a, b, free_zero=()):
     return best
 
 
-def _candidates(lo, hi, limit=1024):
+def _candidates(lo, hi, limit=4096):
     """Integers in [lo, hi]: all of them, or a geometric grid of about `limit` when the range is wide."""
     if hi - lo + 1 <= limit:
         return np.arange(lo, hi + 1, dtype=np.int64)
@@ -325,42 +327,43 @@ class GoodputFunction:
         return self.throughput(num_replicas, local_bsz, accumulation_steps) * \
             self.efficiency(num_replicas * m * s)
 
-    def optimize(self, num_replicas, max_batch_size, local_bsz_bounds=(1, None),
+    def optimize(self, num_replicas, max_batch_size=None, local_bsz_bounds=(1, None),
                  gradient_accumulation=False):
-        """The ``(goodput, local_bsz, accumulation_steps)`` with the highest goodput.
+        """The ``(goodput, local_bsz, accumulation_steps)`` with the highest goodput (AdaptDL's rounding).
 
-        Searches local sizes within ``local_bsz_bounds`` (``max`` None: up to
-        ``max_batch_size``) and, with ``gradient_accumulation``, any number of
-        micro-batches, subject to ``M0 <= K * m * s <= max_batch_size`` (a
-        batch smaller than the one asked for is never chosen; the smallest
-        feasible one is allowed when rounding makes ``M0`` itself
-        unreachable). Ties go to the smaller batch.
+        As in AdaptDL, every global target ``M`` with ``M0 <= M <=
+        max_batch_size`` (default ``M0``; and ``M >= K * min_local``) is split
+        the way AdaptDL splits it (:func:`~pyddstore.torch.batchsize.split_batch`:
+        with ``gradient_accumulation``, ``s = ceil(M / (K * max_local))``
+        micro-batches, else one; ``local = ceil(M / (K * s))``, clamped into
+        ``local_bsz_bounds``, a pair whose items may be None), and the split
+        with the highest goodput wins; ties go to the smaller batch. Rounding
+        up lets the global batch exceed ``max_batch_size`` by less than
+        ``K * s`` samples: ``max_batch_size=128`` on 3 replicas gives 43 per
+        replica (129 in total). A global batch below ``M0`` comes out only
+        when the bounds allow nothing else (``max_local * K < M0`` without
+        accumulation): then the largest one. AdaptDL samples 50 targets; here
+        every integer target is tried (a geometric grid of about 4096 when
+        the range is wider).
         """
         k = int(num_replicas)
-        lo, hi = local_bsz_bounds
+        m0 = self.init_batch_size
+        top = m0 if max_batch_size is None else int(max_batch_size)
+        lo, hi = local_bsz_bounds if local_bsz_bounds is not None else (None, None)
         lo = int(lo or 1)
-        hi = int(hi) if hi is not None else int(max_batch_size)
-        hi = min(hi, max(lo, int(max_batch_size) // k))
-        sizes = _candidates(lo, hi)
-        max_s = 1
-        if gradient_accumulation:
-            max_s = max(1, int(max_batch_size) // (k * lo))
-        best = None
-        for s in _candidates(1, max_s, limit=256):
-            total = k * sizes * s
-            ok = total <= max_batch_size
-            if not np.any(ok):
-                continue
-            m = sizes[ok]
-            g = self.evaluate(k, m, s - 1)
-            g = np.where(k * m * s >= self.init_batch_size, g, -1.0)
-            i = int(np.argmax(g))
-            cand = (float(g[i]), int(m[i]), int(s - 1))
-            if best is None or cand[0] > best[0] * (1 + 1e-12):
-                best = cand
-        if best is None or best[0] < 0:
-            # M0 unreachable within the bounds: the largest batch allowed.
-            s = max_s
-            m = min(hi, max(lo, int(max_batch_size) // (k * s)))
-            return float(self.evaluate(k, m, s - 1)), m, s - 1
-        return best
+        hi = int(hi) if hi is not None else None
+        bottom = max(m0, lo * k)
+        targets = _candidates(bottom, max(top, bottom))
+        local, accum = split_batch(targets, k, min_local=lo, max_local=hi,
+                                   gradient_accumulation=gradient_accumulation)
+        pairs = np.unique(np.stack(np.broadcast_arrays(local, accum), axis=1), axis=0)
+        local, accum = pairs[:, 0], pairs[:, 1]
+        total = k * local * (accum + 1)
+        order = np.lexsort((accum, total))          # smaller batch first, then fewer micro-batches
+        local, accum, total = local[order], accum[order], total[order]
+        if not np.any(total >= m0):
+            i = int(np.argmax(total))
+            return float(self.evaluate(k, local[i], accum[i])), int(local[i]), int(accum[i])
+        g = np.where(total >= m0, self.evaluate(k, local, accum), -np.inf)
+        i = int(np.argmax(g))
+        return float(g[i]), int(local[i]), int(accum[i])

@@ -201,19 +201,24 @@ def test_gradient_accumulation_equals_one_big_batch(pg):
 
 
 # ------------------------------------------------------------------ restart
-def run_steps(loader, adp, opt, n, record):
-    """n optimizer steps; returns the sample ids of every batch."""
-    seen = []
+def run_steps(loader, adp, opt, n, record=None, save_at=None):
+    """n optimizer steps, leaving the loop in the body of the last; the sample ids of every batch.
+
+    With ``save_at``, ``record`` gets the loader's state, the model and the
+    number of batches so far in the body of that step.
+    """
+    seen, steps = [], 0
     for x, y, i in loader:
         opt.zero_grad()
         mse(adp, x, y).backward()
         opt.step()
         seen.append(i.tolist())
         if loader.is_optim_step():
-            n -= 1
-            if n == 0:
-                record["state"] = loader.state_dict()
-                record["model"] = adp.module.state_dict()
+            steps += 1
+            if steps == save_at:
+                record.update(state=loader.state_dict(), model=adp.module.state_dict(),
+                              batches=len(seen))
+            if steps == n:
                 break
     return seen
 
@@ -235,15 +240,12 @@ def test_restart_keeps_schedule_and_position(pg):
         model, opt, adp, loader = build()
         saved = {}
         for _ in adl.remaining_epochs_until(1):
-            run_steps(loader, adp, opt, 12, saved)
-            # Leaving the loop in a step's body counts that step, as the
-            # state taken there does.
-            assert loader.state_dict()["job"]["optim_steps"] == 12
-            # The uninterrupted run goes on for three more steps from here.
-            go_on = run_steps(loader, adp, opt, 3, {})
-            # Re-entering mid-pass chose nothing: choices stay at the due
-            # steps, whatever the step times measured.
-            assert all(t[0] % 5 == 0 for t in loader.trajectory), loader.trajectory
+            seen = run_steps(loader, adp, opt, 15, saved, save_at=12)
+            # Leaving the loop in a step's body counts that step, as a state
+            # taken there does.
+            assert loader.state_dict()["job"]["optim_steps"] == 15
+        # What the run did after the state was taken.
+        go_on = seen[saved["batches"]:]
         loader.close()
         del adp
         state = saved["state"]
@@ -260,12 +262,188 @@ def test_restart_keeps_schedule_and_position(pg):
         assert loader.trajectory == [tuple(t) for t in state["job"]["trajectory"]]
         for epoch in adl.remaining_epochs_until(1):
             assert epoch == 0
-            resumed = run_steps(loader, adp, opt, 3, {})
+            resumed = run_steps(loader, adp, opt, 3)
+        # Entering the loop mid-pass after the restart chose nothing: choices
+        # stay at the due steps, whatever the step times measured.
+        assert all(t[0] % 5 == 0 for t in loader.trajectory), loader.trajectory
         loader.close()
         del adp
     finally:
         ds.free()
     assert resumed == go_on
+
+
+@pytest.mark.parametrize("autoscale", [False, True])
+def test_restore_from_any_step_continues_the_run(pg, autoscale):
+    """A state taken in the body of any batch, restored in a new job, goes on as the run that took it.
+
+    Over two epochs, restored from every step: in the middle of a pass, at
+    the end of a pass and at the end of an epoch. With adaptive batch sizes
+    (no model here, so the sizes stay and an epoch lasts 10 optimizer steps
+    of progress) an epoch ends in the middle of a pass and, at 4 ranks, a
+    pass in the middle of an epoch; without them an epoch is one pass.
+    """
+    ds = DistDataset(Regression(100, seed=13), f"adaptive-any-step-{int(autoscale)}")
+
+    def build():
+        adl.reset()
+        loader = adl.AdaptiveDataLoader(ds, batch_size=10, shuffle=True)
+        if autoscale:
+            loader.autoscale_batch_size(40)
+        return loader
+
+    def run(loader):
+        batches, states = [], []
+        for epoch in adl.remaining_epochs_until(2):
+            for _x, _y, i in loader:
+                batches.append((epoch, i.tolist()))
+                states.append(loader.state_dict())
+        loader.close()
+        return batches, states
+
+    try:
+        batches, states = run(build())
+        assert {e for e, _ in batches} == {0, 1}
+        for j, state in enumerate(states):
+            loader = build()
+            loader.load_state_dict(state)
+            rest, _ = run(loader)
+            assert rest == batches[j + 1:], (j, state)
+    finally:
+        ds.free()
+
+
+CHAIN_N, CHAIN_B = 100, 10
+
+
+def chain_job(ds, stage, state):
+    """One job of the restart chain: ``(ids of each epoch consumed by all ranks, last state taken)``.
+
+    Stage 0 trains 2 batches of epoch 0 and is stopped; stage 1 restarts from
+    its state and finishes epoch 0; stage 2 restarts from stage 1's last
+    state and runs epochs 0 and 1. A state is taken in the body of every
+    batch, so stage 1's last one is taken in the epoch's last batch.
+    """
+    adl.reset()
+    loader = adl.AdaptiveDataLoader(ds, batch_size=CHAIN_B, shuffle=True)
+    local = -(-CHAIN_B // K)
+    ids, saved = {0: [], 1: []}, None
+    try:
+        if state is not None:
+            loader.load_state_dict(state)
+        # The batch_size given is split over this job's ranks, never the
+        # rounded-up batch of the job before (12 on 4 ranks).
+        assert (loader.current_local_bsz, loader.current_batch_size) == (local, local * K)
+        for epoch in adl.remaining_epochs_until(2 if stage == 2 else 1):
+            for step, (_x, _y, i) in enumerate(loader):
+                assert len(i) <= local and loader.current_local_bsz == local
+                ids[epoch] += i.tolist()
+                saved = loader.state_dict()
+                if stage == 0 and step == 1:
+                    break
+    finally:
+        loader.close()
+    return {e: sum(comm.allgather(v), []) for e, v in ids.items()}, saved
+
+
+def check_chain(jobs):
+    """Every sample of each epoch consumed once over the chain's jobs (and AdaptDL's padding)."""
+    (k0, a), (k1, b), (k2, c) = jobs
+    n = CHAIN_N
+    start = 2 * k0 * -(-CHAIN_B // k0)
+    assert len(a[0]) == len(set(a[0])) == start and not a[1]
+    rest, pad = n - start, -(-(n - start) // k1) * k1 - (n - start)
+    # Stage 1 continued right after stage 0's last sample: the rest, split over k1 ranks.
+    assert len(b[0]) == rest + pad and not b[1]
+    assert set(range(n)) - set(a[0]) <= set(b[0])
+    assert len(a[0] + b[0]) == n + pad
+    # Stage 2: epoch 0 was over (not replayed), epoch 1 is one pass.
+    assert c[0] == [], (len(c[0]), [k for k, _ in jobs])
+    assert set(c[1]) == set(range(n)) and len(c[1]) == -(-n // k2) * k2
+
+
+def test_checkpoint_in_an_epochs_last_batch_over_rank_counts(pg):
+    """A state taken in the body of an epoch's last batch, restored on other numbers of ranks.
+
+    This job runs the chain of :func:`chain_job` on its own number of ranks
+    (1 -> 1 -> 1, ...). run.sh runs the suite at 1, 4 and 2 ranks with
+    PYDDSTORE_ADAPTIVE_RESTART_DIR: each of those jobs also runs the next
+    stage of one chain, 1 -> 4 -> 2 ranks, and the last one checks it.
+    """
+    ds = DistDataset(Regression(CHAIN_N, seed=12), "adaptive-chain")
+    try:
+        jobs, state = [], None
+        for stage in range(3):
+            ids, state = chain_job(ds, stage, state)
+            jobs.append((K, ids))
+        check_chain(jobs)
+        where = os.environ.get("PYDDSTORE_ADAPTIVE_RESTART_DIR")
+        if where:
+            path = os.path.join(where, "adaptive-chain-{}.pt")
+            stage = comm.bcast(next((s for s in (2, 1) if os.path.exists(path.format(s - 1))), 0)
+                               if comm.Get_rank() == 0 else None)
+            ckpt = (torch.load(path.format(stage - 1), weights_only=False) if stage
+                    else {"jobs": [], "state": None})
+            ids, state = chain_job(ds, stage, ckpt["state"])
+            jobs = ckpt["jobs"] + [(K, ids)]
+            if stage < 2:
+                if comm.Get_rank() == 0:
+                    torch.save({"jobs": jobs, "state": state}, path.format(stage))
+                comm.Barrier()
+            else:
+                check_chain(jobs)
+    finally:
+        ds.free()
+
+
+def test_restart_resplits_the_batch_size_within_the_bounds(pg):
+    """load_state_dict on another number of replicas splits the global batch size asked for.
+
+    States as saved on ``other`` replicas (edited, as this job has one rank
+    count): without adaptive batch sizes the loader's batch_size is split
+    (not the rounded-up batch); with them the last choice (kept within
+    ``max_batch_size``) is split within the bounds, which are checked as
+    autoscale_batch_size checks them, with AdaptDL's rounding (128 on 3
+    replicas is 43 each).
+    """
+    ds = DistDataset(Regression(64, seed=14), "adaptive-resplit")
+    other = 3 if K != 3 else 5
+    fixed = adl.AdaptiveDataLoader(ds, batch_size=10)
+    auto = adl.AdaptiveDataLoader(ds, batch_size=32, shuffle=True)
+    try:
+        state = fixed.state_dict()
+        local = -(-10 // other)
+        state.update(num_replicas=other, local_bsz=local, global_bsz=local * other)
+        fixed.load_state_dict(state)
+        assert (fixed.current_local_bsz, fixed.current_batch_size) == (-(-10 // K), -(-10 // K) * K)
+
+        auto.autoscale_batch_size(128)
+        state = auto.state_dict()
+        # A job on `other` replicas whose goodput choice was the largest batch.
+        local = -(-128 // other)
+        state.update(num_replicas=other, local_bsz=local, global_bsz=local * other,
+                     target_bsz=local * other)
+        auto.load_state_dict(state)
+        assert (auto.current_local_bsz, auto.accumulation_steps) == (-(-128 // K), 0)
+        # Bounds saved that this number of replicas cannot hold: at most
+        # ceil(128 / K) per replica, so a minimum of 40 fails on 4 ranks.
+        state["local_bsz_bounds"] = [40, None]
+        if -(-128 // K) < 40:
+            with pytest.raises(ValueError, match="over max_batch_size 128"):
+                auto.load_state_dict(state)
+            assert auto.local_bsz_bounds == (1, None) and auto.current_local_bsz == -(-128 // K)
+        else:
+            auto.load_state_dict(state)
+            assert auto.current_local_bsz == -(-128 // K) and auto.local_bsz_bounds == (40, None)
+        # The same rounding bounds autoscale_batch_size: 128 on 3 replicas fits max 128.
+        adl.reset()
+        helper = adl.AdaptiveDataLoaderHelper(128, num_replicas=3)
+        helper.autoscale_batch_size(128)
+        assert helper.current_batch_size == 129
+    finally:
+        fixed.close()
+        auto.close()
+        ds.free()
 
 
 # ------------------------------------------------------------- tensorboard
@@ -411,7 +589,7 @@ def test_restart_on_another_number_of_ranks(pg):
                         break
                 break
             loader.close()
-            rest = adl.ElasticSampler(src, num_replicas=1, rank=0, shuffle=True, mode="adaptdl")
+            rest = adl.ElasticSampler(src, shuffle=True, num_replicas=1, rank=0)
             rest.set_epoch(0, saved["index"])
             if comm.Get_rank() == 0:
                 torch.save({"state": saved, "ranks": K, "rest": sorted(rest)}, path)

@@ -120,3 +120,76 @@ def test_optimize_respects_bounds():
     clean = GoodputFunction(PERF, GradParams(sqr=1.0, var=0.0), 32)
     _, m, accum = clean.optimize(2, 4096, (8, 64), gradient_accumulation=True)
     assert 2 * m * (accum + 1) == 32                 # no noise: the smallest batch allowed
+
+
+# --------------------------------------- AdaptDL's adaptdl/goodput_test.py
+# Its optimize tests, over random models as there; our PerfParams stand for
+# its seven-parameter throughput model (one node: num_nodes left out).
+RNG = np.random.RandomState(0)
+PERFS = [PerfParams(*RNG.gamma(2.0, 2.0, [2]) * [1e-2, 1e-4],
+                    dict(zip((2, 4, 16), RNG.gamma(2.0, 2.0, [3]) * 1e-2))) for _ in range(3)]
+GRADS = [GradParams(*RNG.gamma(2.0, 2.0, [2])) for _ in range(3)]
+REPLICAS = (1, 2, 3, 4, 5, 7, 10, 16, 33, 99)
+MODELS = [(p, g) for p in PERFS for g in GRADS]
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.parametrize("perf, grad", MODELS)
+def test_optimize_rounds_up_as_adaptdl(perf, grad):
+    """AdaptDL's test_optimize_no_bounds: max_batch_size defaults to M0; 128 on 3 is 43 each."""
+    fun = GoodputFunction(perf, grad, 128)
+    goodput, bsz, steps = fun.optimize(3)
+    assert (bsz, steps) == (43, 0) and isinstance(goodput, float)
+    for k in range(1, 6):
+        assert fun.optimize(k)[1:] == (ceil_div(128, k), 0)
+    # The case of the issue: a noisy gradient wants the largest batch, and
+    # 128 on 3 replicas is 43 each (129), not 42 (126).
+    noisy = GoodputFunction(perf, GradParams(sqr=1.0, var=1e6), 32)
+    assert noisy.optimize(3, 128)[1:] == (43, 0)
+    assert noisy.optimize(3, 128, (1, None), gradient_accumulation=True)[1:] == (43, 0)
+
+
+@pytest.mark.parametrize("perf, grad", MODELS)
+def test_optimize_local_bounds(perf, grad):
+    fun = GoodputFunction(perf, grad, 128)
+    assert fun.optimize(1, None, (64, 256))[1] == 128
+    for k in REPLICAS:
+        _, bsz, steps = fun.optimize(k, None, (64, 256))
+        assert max(ceil_div(128, k), 64) <= bsz <= 256 and bsz * k <= 100 * 128 and steps == 0
+        # Closed bounds, with or without accumulation.
+        for acc in (False, True):
+            goodput, bsz, steps = fun.optimize(k, None, (256, 256), gradient_accumulation=acc)
+            assert (bsz, steps) == (256, 0) and goodput > 0
+
+
+@pytest.mark.parametrize("perf, grad", MODELS)
+def test_optimize_max_bounds(perf, grad):
+    """AdaptDL's test_optimize_max_bounds and test_optimize_all_bounds.
+
+    Not its ``bsz == 128`` on one replica: AdaptDL keeps M0 on one replica
+    without accumulation, which pyddstore does not (see the migration guide).
+    """
+    fun = GoodputFunction(perf, grad, 128)
+    for k in REPLICAS:
+        _, bsz, steps = fun.optimize(k, 1280)
+        assert bsz >= ceil_div(128, k) and bsz * k <= 1280 + k and steps == 0
+        _, bsz, steps = fun.optimize(k, 1280, (64, 256))
+        assert max(ceil_div(128, k), 64) <= bsz <= 256 and steps == 0
+        assert bsz * k <= 1280 + k or bsz == 64
+    goodput, bsz, steps = fun.optimize(4, 1024, (128, 128))
+    assert goodput > 0 and (bsz, steps) == (128, 0)
+
+
+@pytest.mark.parametrize("perf, grad", MODELS)
+def test_optimize_accumulation(perf, grad):
+    fun = GoodputFunction(perf, grad, 128)
+    for k in REPLICAS:
+        _, bsz, steps = fun.optimize(k, 1280, (64, 256), gradient_accumulation=True)
+        assert 64 <= bsz <= 256 and 0 <= steps <= 15
+        assert bsz * k * (steps + 1) < 1280 + k * (steps + 1) or bsz == 64
+        assert bsz * k * (steps + 1) >= 128
+        # As AdaptDL splits: the fewest micro-batches of at most 256 per replica.
+        assert bsz * (steps + 1) > 256 * steps
