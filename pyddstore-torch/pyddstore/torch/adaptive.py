@@ -908,6 +908,7 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
                                     or h._steps_since_sync >= h._sync_interval):
                     h._sync_local_bsz()
                 entered_mid_pass = False
+                whole_pass = n > 0 and h._index % n == 0
                 self.sampler.set_epoch(epoch, h._index)
                 self.batch_sampler.batch_size = h.current_local_bsz
                 total = len(self.batch_sampler)
@@ -937,8 +938,9 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
                     continue              # finished, or resized in the middle of the pass
                 if h.max_batch_size is None:
                     break                 # one pass
-                if h._pass_optim_steps == 0 and not h.is_accum_step():
-                    # A pass shorter than one optimizer step, no progress possible.
+                if whole_pass and h._pass_optim_steps == 0 and not h.is_accum_step():
+                    # A pass shorter than one optimizer step, no progress possible
+                    # (a pass resumed near its end may rightly have none).
                     raise RuntimeError("the dataset is smaller than one batch per replica: "
                                        "lower batch_size or use fewer ranks")
                 # Next pass: round the position up to the start of the next pass.

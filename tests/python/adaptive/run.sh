@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # pyddstore.torch.adaptive, run by ci/test.sh instead of the default pytest
 # loop because its jobs depend on each other:
-#  - the suite at 2 ranks first: its restart test saves a loader state in
-#    $PYDDSTORE_ADAPTIVE_RESTART_DIR, which the 1- and 4-rank jobs then
-#    resume from (a restart on another number of ranks);
+#  - the suite at 1, 4 and then 2 ranks: its restart tests save loader
+#    states in $PYDDSTORE_ADAPTIVE_RESTART_DIR that the later jobs resume
+#    from (restarts on another number of ranks): the 1-rank job saves a state
+#    that the 4- and 2-rank jobs resume, and one chain of jobs restarts
+#    1 -> 4 -> 2 ranks, checkpointing in an epoch's last batch;
 #  - examples/adaptdl_port.py (an AdaptDL script with only its imports
 #    changed) at 1, 2 and 4 ranks; it must finish and learn.
 set -uo pipefail
@@ -24,7 +26,7 @@ run() { # run <label> <timeout-seconds> <command...>
   fi
 }
 
-for n in 2 1 4; do
+for n in 1 4 2; do
   run "pytest tests/python/adaptive np=$n" 300 env PYDDSTORE_ADAPTIVE_RESTART_DIR="$work" \
     mpiexec -n "$n" "$py" tests/python/run_pytest.py -q --color=no tests/python/adaptive
 done

@@ -396,6 +396,32 @@ def test_checkpoint_in_an_epochs_last_batch_over_rank_counts(pg):
         ds.free()
 
 
+def test_resumed_pass_too_short_for_a_batch_goes_on(pg):
+    """A pass resumed so near its end that drop_last leaves no batch: the epoch goes on in the next.
+
+    A job on other ranks with a smaller local batch (or a raised minimum of
+    local_bsz_bounds) can leave such a position; the state is edited to one.
+    """
+    n = 100
+    ds = DistDataset(Regression(n, seed=15), "adaptive-short-rest")
+    loader = adl.AdaptiveDataLoader(ds, batch_size=40, drop_last=True)
+    try:
+        loader.autoscale_batch_size(80)
+        state = loader.state_dict()
+        state.update(index=n - 1, index_epoch=0)
+        loader.load_state_dict(state)
+        batches = 0
+        for _ in adl.remaining_epochs_until(1):
+            for _batch in loader:
+                batches += 1
+        # No model, so no gradient statistics: one step of progress per
+        # batch, and the epoch's 100 / 40 = 2.5 steps take 3 batches.
+        assert batches == 3 and adl.finished_epochs() == 1
+    finally:
+        loader.close()
+        ds.free()
+
+
 def test_restart_resplits_the_batch_size_within_the_bounds(pg):
     """load_state_dict on another number of replicas splits the global batch size asked for.
 
@@ -558,7 +584,7 @@ def test_plain_dataset_is_loaded_into_a_store(pg):
 
 
 def test_restart_on_another_number_of_ranks(pg):
-    """run.sh runs this first at 2 ranks (which saves), then at 1 and 4 (which load).
+    """run.sh runs this first at 1 rank (which saves), then at 4 and 2 (which load).
 
     Without PYDDSTORE_ADAPTIVE_RESTART_DIR the same job saves and loads.
     """
