@@ -669,8 +669,11 @@ class AdaptiveDataLoaderHelper:
         (kept within ``[batch_size, max_batch_size]``), split within
         ``local_bsz_bounds`` as :meth:`autoscale_batch_size` does and checked
         against ``max_batch_size`` the same way (``ValueError`` if the bounds
-        cannot hold it on this number of replicas). The next choice by
-        goodput then starts from there.
+        cannot hold it on this number of replicas; the loader is then left
+        as it was). The adaptive batch-size settings saved
+        (``max_batch_size``, ``local_bsz_bounds``, ``gradient_accumulation``)
+        replace the loader's. The next choice by goodput then starts from
+        there, at the step it is due.
         """
         if not isinstance(state, dict) or "version" not in state:
             raise ValueError("state must be a dict from AdaptiveDataLoader.state_dict()")
@@ -964,9 +967,10 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
         sampler_state = state.get("sampler") if isinstance(state, dict) else None
         if sampler_state is None:
             raise ValueError("state must be a dict from AdaptiveDataLoader.state_dict()")
-        self._elastic.load_state_dict(state)
-        # Checks that this process computes the saved order (same dataset length, torch, Python).
+        # Checks that this process computes the saved order (same dataset length, torch,
+        # Python) before anything else changes; the position is set when iterating.
         self.sampler.load_state_dict(sampler_state)
+        self._elastic.load_state_dict(state)
 
     def close(self):
         """Stop the loader threads; free the DistDataset this loader created, if any (collective then)."""
@@ -1270,10 +1274,15 @@ class Accumulator(collections.abc.MutableMapping):
         if self._synced:
             self._values[key] = value
             return
-        if not isinstance(value, _PendingUpdate) or value.accum is not self or value.key != key:
+        if not isinstance(value, _PendingUpdate):
             raise TypeError(f"Accumulator[{key!r}] = ...: outside synchronized() an Accumulator only "
                             f"adds (acc[key] += x, acc.update(...), acc.subtract(...)); assign "
                             f"inside `with acc.synchronized():`")
+        if value.accum is not self or value.key != key:
+            # As AdaptDL: the update of another accumulator or key (acc[a] = acc[b] + x).
+            raise ValueError(f"Accumulator[{key!r}] = ...: an update of "
+                             f"{'another Accumulator' if value.accum is not self else repr(value.key)}"
+                             f"; add to a key with acc[key] += x")
         self._updates[key] = self._updates.get(key, 0) + value.delta
 
     def __delitem__(self, key):

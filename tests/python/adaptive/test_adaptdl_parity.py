@@ -159,6 +159,8 @@ def test_accumulator_reads_as_an_empty_dict_outside_synchronized(pg):
     assert "base" not in accum and accum.get("base") is None and accum == {}
     with pytest.raises(TypeError, match="synchronized"):
         accum["x"] = 5
+    with pytest.raises(ValueError, match="acc\\[key\\] \\+= x"):
+        accum["x"] = accum["y"] + 1           # AdaptDL's "incompatible key"
     with accum.synchronized():
         assert dict(accum) == {"base": 1.0, "x": K, "y": -3 * K, "z": K}
         with accum.synchronized():            # nested: nothing more to sum
