@@ -56,7 +56,8 @@ class ResumableLoader:
     ----------
     loader : DataLoader-like
         Iterable over batches, with ``loader.sampler`` (or
-        ``loader.batch_sampler.sampler``) an :class:`ElasticSampler` and
+        ``loader.batch_sampler.sampler``) an
+        :class:`~pyddstore.torch.sampler.ElasticSampler` and
         ``loader.batch_sampler`` a ``BatchSampler`` (what ``DataLoader`` builds
         from ``batch_size=`` and ``drop_last=``). Every replica must use the
         same local batch size, as DDP needs anyway.
