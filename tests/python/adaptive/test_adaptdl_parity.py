@@ -2,10 +2,12 @@
 
 Adapted only where they need AdaptDL's scheduler: its restarts (a new
 process on another number of replicas) become replica counts set on the
-sampler, or the ranks of this MPI job.
+sampler, the ranks of this MPI job, or the jobs of run.sh (1, 4, then 2
+ranks) resuming each other's states.
 """
 import collections
 import math
+import os
 
 import pytest
 import torch
@@ -116,6 +118,56 @@ def test_dataloader_break(pg):
     finally:
         loader.close()
         ds.free()
+
+
+def test_dataloader_restarts(pg):
+    """AdaptDL's test_dataloader_restarts: 2 batches on 1 replica, 5 on 4, the last 2 on 2.
+
+    Its restarts are three jobs of run.sh (1, 4 and then 2 ranks, with
+    PYDDSTORE_ADAPTIVE_RESTART_DIR); its checkpoint at the start of batch
+    ``idx`` is a state taken in the body of batch ``idx - 1``. Every job
+    splits ``batch_size=10`` anew (10, 3 and 5 per replica), and the three
+    consume the epoch once (with AdaptDL's padding on 4 ranks).
+    """
+    where = os.environ.get("PYDDSTORE_ADAPTIVE_RESTART_DIR")
+    if not where:
+        pytest.skip("a chain of jobs: run by tests/python/adaptive/run.sh")
+    n, batch = 100, 10
+    path = os.path.join(where, "adaptdl-restarts-{}.pt")
+    stage = comm.bcast(next((s for s in (2, 1) if os.path.exists(path.format(s - 1))), 0)
+                       if comm.Get_rank() == 0 else None)
+    ckpt = (torch.load(path.format(stage - 1), weights_only=False) if stage
+            else {"ids": [], "state": None})
+    ds = DistDataset(Regression(n, seed=22), "adaptive-restarts")
+    loader = adl.AdaptiveDataLoader(ds, batch_size=batch)
+    ids, state, local = [], None, -(-batch // K)
+    try:
+        if ckpt["state"] is not None:
+            loader.load_state_dict(ckpt["state"])
+        for _ in adl.remaining_epochs_until(1):
+            assert adl.current_dataloader() is None
+            for idx, (_x, _y, i) in enumerate(loader):
+                assert adl.current_dataloader() is loader._elastic
+                assert len(i) == loader.current_local_bsz == local
+                assert loader.current_batch_size == K * local
+                ids += i.tolist()
+                if stage < 2 and idx == (1, 4)[stage]:
+                    state = loader.state_dict()
+                    break
+    finally:
+        loader.close()
+        ds.free()
+    every = ckpt["ids"] + sum(comm.allgather(ids), [])
+    if stage < 2:
+        if comm.Get_rank() == 0:
+            torch.save({"ids": every, "state": state}, path.format(stage))
+        comm.Barrier()
+        return
+    # The last job: what the first two left, split over this one's ranks
+    # (AdaptDL's "assert idx == 1": 2 batches of 5 on 2 replicas).
+    rest = n - ckpt["state"]["index"]
+    assert idx + 1 == -(-(-(-rest // K)) // local), (idx, rest)
+    assert set(every) == set(range(n)) and 0 <= len(every) - n < K, len(every)
 
 
 # --------------------------------------------------------- Accumulator
