@@ -340,6 +340,15 @@ static void list_names(const char *const *names, const size_t *idx, size_t k, ch
     }
 }
 
+/* All of names[0..n) (n <= MAX_CAND), for messages. */
+static void list_all(const char *const *names, size_t n, char *buf, size_t cap)
+{
+    size_t all[MAX_CAND];
+    for (size_t k = 0; k < n; k++)
+        all[k] = k;
+    list_names(names, all, n, buf, cap);
+}
+
 /* Among tied[0..k) (indices into names), the one the local rank takes;
  * appends the spreading to why. */
 static size_t spread(const dds_nic_in *in, const char *const *names, const size_t *tied, size_t k, char *why,
@@ -362,11 +371,8 @@ static int choose_domain(const dds_nic_in *in, const char *const *names, size_t 
     bool via;
     int i = resolve(in->sysfs, in->domain, names, n, &via);
     if (i < 0) {
-        size_t all[MAX_CAND];
-        for (size_t k = 0; k < n; k++)
-            all[k] = k;
         char list[384];
-        list_names(names, all, n, list, sizeof list);
+        list_all(names, n, list, sizeof list);
         return dds_err(DDS_EINVAL,
                        "DDSTORE_FABRIC_DOMAIN='%s' is not a domain of libfabric provider %s here, nor a "
                        "network interface of one; its domains: %s (fi_info -p '%s')",
@@ -465,11 +471,8 @@ static int choose_map(const dds_nic_in *in, const char *const *names, size_t n, 
         bool via;
         int i = resolve(in->sysfs, e[k].name, names, n, &via);
         if (i < 0) {
-            size_t all[MAX_CAND];
-            for (size_t j = 0; j < n; j++)
-                all[j] = j;
             char list[384];
-            list_names(names, all, n, list, sizeof list);
+            list_all(names, n, list, sizeof list);
             rc = dds_err(DDS_EINVAL,
                          "%s gives this process's CPUs to '%s', which is not a domain of libfabric "
                          "provider %s here, nor a network interface of one (its domains: %s); fix "

@@ -4,7 +4,6 @@ overrides (DDSTORE_FABRIC_DOMAIN, nic_map=, DDSTORE_NIC_MAP) are obeyed in
 that order, reads stay bit-exact, and an override that cannot be honoured is
 an error on every rank. The choice among several NICs by NUMA topology is
 tested on faked sysfs trees in tests/c/test_nic.c."""
-import contextlib
 import os
 
 import numpy as np
@@ -14,31 +13,12 @@ from mpi4py import MPI
 import pyddstore
 from pyddstore import DDStoreValueError, PyDDStore
 
-from fabric_helpers import PROVIDER, local_values, offsets, shared_tmpdir, through_fabric, values
+from fabric_helpers import PROVIDER, environ, local_values, offsets, shared_tmpdir, through_fabric, values
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
 
 HOW = ("DDSTORE_FABRIC_DOMAIN", "nic_map", "DDSTORE_NIC_MAP", "only", "topology", "spread")
 NIC_VARS = ("DDSTORE_FABRIC_DOMAIN", "DDSTORE_NIC_MAP")
-
-
-@contextlib.contextmanager
-def environ(**kv):
-    """Set (or, with None, unset) environment variables for the block."""
-    old = {k: os.environ.get(k) for k in kv}
-    for k, v in kv.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def make(comm, method=1, hs=None, **kw):
