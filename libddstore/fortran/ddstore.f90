@@ -72,6 +72,7 @@ module ddstore
     integer(c_int32_t) :: width = 0
     type(c_ptr) :: fabric = c_null_ptr        ! const char *, NUL-terminated
     type(c_ptr) :: handshake_dir = c_null_ptr ! const char *, NUL-terminated
+    type(c_ptr) :: nic_map = c_null_ptr       ! const char *, NUL-terminated (since ABI 1.2)
   end type dds_options
 
   type, bind(C) :: dds_store_info

@@ -264,9 +264,13 @@ int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_fo
     if (rc != 0 || !list)
         return dds_err(DDS_ENOTSUP, "libfabric provider '%s' is not available here (fi_getinfo: %s)", prov,
                        fi_strerror(rc < 0 ? -rc : FI_ENODATA));
-    /* The first entry of the exact provider; the rest of the list is not needed. */
-    F->info = fi_dupinfo(list);
+    /* The entry of this process's NIC (nic.c); the rest of the list is not needed. */
+    struct fi_info *pick = list;
+    rc = dds_nic_pick(list, &F->nic, &pick);
+    F->info = rc ? NULL : fi_dupinfo(pick);
     fi_freeinfo(list);
+    if (rc)
+        return rc;
     if (!F->info)
         return dds_err(DDS_ENOMEM, "out of memory (fi_dupinfo)");
     snprintf(F->prov, sizeof F->prov, "%s", F->info->fabric_attr->prov_name);
@@ -555,6 +559,7 @@ int dds_fab_open(dds_store *s)
         rc = mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Bcast (provider)");
         chosen[sizeof chosen - 1] = '\0';
     }
+    F->nic = (dds_nic){ .map = s->nic_map, .rank = s->rank, .has_rank = true };
     if (rc == DDS_OK)
         rc = dds_fab_open_domain(F, chosen, 0);
     if (rc == DDS_OK)

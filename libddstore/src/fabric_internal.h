@@ -7,9 +7,11 @@
  *  - fabric_publish.c: method-2 publication and run tokens;
  *  - fabric_transport.c: the transport table (dds_transport_fabric) over
  *    fabric.c and fabric_read.c;
- *  - fabric_join.c: method-2 readers (join, attach).
+ *  - fabric_join.c: method-2 readers (join, attach);
+ *  - nic.c (nic.h): which domain (NIC) of the provider a process opens.
  * Calls go one way only: fabric_join.c and fabric_read.c call fabric.c and
- * fabric_publish.c; fabric.c calls fabric_publish.c, which calls neither;
+ * fabric_publish.c; fabric.c calls fabric_publish.c and nic.c, which call
+ * neither;
  * fabric_join.c takes the table from fabric_transport.c
  * (tests/c/check-layering.py checks that no cycle appears). */
 #ifndef DDSTORE_FABRIC_INTERNAL_H
@@ -25,6 +27,7 @@
 
 #include "handshake.h"
 #include "internal.h"
+#include "nic.h"
 
 /* Transfers one fi_readmsg carries at most (bounded by the provider's
  * rma_iov_limit and iov_limit). */
@@ -91,6 +94,7 @@ struct dds_fabric {
     uint64_t read_timeout_ns; /* DDSTORE_READ_TIMEOUT_S; 0: wait for ever */
     pthread_mutex_t attach_lock;
     char prov[DDS_HS_MAX_PROV + 1];
+    dds_nic nic; /* which NIC (domain) this process opened, and why (nic.c) */
 };
 
 struct dds_fabric_var {

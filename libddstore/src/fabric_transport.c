@@ -31,6 +31,11 @@ static void fab_describe(const dds_store *s, char *buf, size_t cap)
     snprintf(buf, cap, "libfabric:%s", s->fab ? s->fab->prov : "?");
 }
 
+static void fab_describe_domain(const dds_store *s, bool why, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", !s->fab ? "" : why ? s->fab->nic.why : s->fab->nic.domain);
+}
+
 const dds_transport dds_transport_fabric = {
     .size = sizeof(dds_transport),
     .name = "libfabric",
@@ -46,4 +51,5 @@ const dds_transport dds_transport_fabric = {
     .register_recv = dds_fab_register_recv,
     .unregister_recv = dds_fab_unregister_recv,
     .describe = fab_describe,
+    .describe_domain = fab_describe_domain,
 };

@@ -115,6 +115,11 @@ typedef struct dds_transport {
     /* Name what moves rows between nodes, NUL-terminated in buf[0..cap)
      * (dds_store_info.transport). Local. */
     void (*describe)(const dds_store *s, char *buf, size_t cap);
+    /* Name the network device (libfabric domain) this process uses, or
+     * (why) how it was chosen, NUL-terminated in buf[0..cap) (store
+     * properties "domain", "domain_choice"); NULL: none of this store's
+     * own (method 0: MPI chooses). Local. */
+    void (*describe_domain)(const dds_store *s, bool why, char *buf, size_t cap);
 } dds_transport;
 
 DDS_HIDDEN extern const dds_transport dds_transport_rma;
@@ -150,6 +155,7 @@ struct dds_store {
     int64_t nvars, vars_cap;
 
     char *fabric_name;           /* requested provider (may be NULL) */
+    char *nic_map;               /* dds_options.nic_map (may be NULL; nic.h) */
     char *handshake_dir;         /* method 2 directory */
     struct dds_fabric *fab;      /* methods 1/2 */
 

@@ -90,6 +90,7 @@ void dds_store_destroy(dds_store *s)
     s->magic = 0;
     free(s->node_rank_of);
     free(s->fabric_name);
+    free(s->nic_map);
     free(s->handshake_dir);
     free(s->vars);
     pthread_rwlock_destroy(&s->vars_lock);

@@ -231,7 +231,8 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     if (rc == DDS_OK) {
         s->fabric_name = dup_opt(o.fabric, "DDSTORE_FABRIC", NULL);
         s->handshake_dir = dup_opt(o.handshake_dir, "DDSTORE_HANDSHAKE_DIR", "./ddstore_hs");
-        if (!s->handshake_dir)
+        s->nic_map = o.nic_map ? strdup(o.nic_map) : NULL; /* else DDSTORE_NIC_MAP, read by nic.c */
+        if (!s->handshake_dir || (o.nic_map && !s->nic_map))
             rc = dds_err(DDS_ENOMEM, "out of memory creating the store");
     }
     rc = dds_agree(s->comm, rc);
@@ -388,10 +389,14 @@ DDS_API int dds_store_property(const dds_store *s, const char *key, char *buf, s
     if (!key || (!buf && buflen))
         return dds_err(DDS_EINVAL, "store property: %s is NULL", key ? "buf" : "key");
     char text[512] = "";
+    bool why = strcmp(key, "domain_choice") == 0;
     if (strcmp(key, "transport") == 0 && s->tp->describe)
         s->tp->describe(s, text, sizeof text);
-    else
-        return dds_err(DDS_ENOENT, "no store property '%s' (known: transport)", key);
+    else if (why || strcmp(key, "domain") == 0) {
+        if (s->tp->describe_domain)
+            s->tp->describe_domain(s, why, text, sizeof text);
+    } else
+        return dds_err(DDS_ENOENT, "no store property '%s' (known: transport, domain, domain_choice)", key);
     size_t len = strlen(text);
     if (buflen)
         snprintf(buf, buflen, "%s", text);

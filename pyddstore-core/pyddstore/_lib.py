@@ -45,6 +45,8 @@ class Options(ctypes.Structure):
         ("width", ctypes.c_int32),
         ("fabric", ctypes.c_char_p),
         ("handshake_dir", ctypes.c_char_p),
+        # since ABI 1.2
+        ("nic_map", ctypes.c_char_p),
     ]
 
 

@@ -113,9 +113,18 @@ class PyDDStore:
       ``DDSTORE_HANDSHAKE_TIMEOUT_S``, else 300).
     * Original-DDStore forms also accepted: a path as the third positional
       argument is handshake_dir (``PyDDStore(comm, 2, "/hs")``),
-      ``handshake_dir=""`` means the default, ``n_core=0`` on a store over a
-      communicator, and ``nic_map`` (a str, not used: libfabric chooses the
-      interface here).
+      ``handshake_dir=""`` means the default, and ``n_core=0`` on a store over a
+      communicator.
+    * nic_map: methods 1 and 2, on nodes with several NICs: which NIC
+      (libfabric domain) each rank opens, by its allowed CPUs, in the
+      original DDStore's ``DDSTORE_NIC_MAP`` format
+      ``"hsn0=0-15,64-79;hsn1=16-31,80-95"`` (a name is a domain such as
+      ``cxi1`` or ``mlx5_0``, or a network interface of one such as ``hsn1``).
+      Default ``DDSTORE_NIC_MAP``, else the node's topology (the NIC on the
+      NUMA node of the rank's CPUs); ``DDSTORE_FABRIC_DOMAIN`` overrides both.
+      ``info()["domain"]`` and ``info()["domain_choice"]`` report the choice.
+      Unused by method 0; a method-2 reader takes ``DDSTORE_NIC_MAP`` from its
+      environment instead.
 
     Attributes (read-only): ``comm`` (the communicator given, None for a
     reader), ``group_comm`` (mpi4py communicator of this rank's group),
@@ -148,12 +157,13 @@ class PyDDStore:
             handshake_dir, ddstore_width = ddstore_width, None
         if isinstance(handshake_dir, str) and handshake_dir == "":
             handshake_dir = None
-        # nic_map: the original's CPU->Slingshot-NIC map for choosing FABRIC_IFACE. Here
-        # libfabric picks the interface (DDSTORE_FABRIC, FI_PROVIDER, FI_TCP_IFACE), so
-        # it is checked and otherwise not used.
+        # nic_map: the original's CPU->NIC map; libddstore parses and applies it
+        # (methods 1 and 2) and reports the choice in info().
         if nic_map is not None and not isinstance(nic_map, str):
             raise DDStoreTypeError(f"nic_map must be a str (the original's 'iface=cpus;...' map) or "
                                    f"None, got {type(nic_map).__name__}", DDS_EINVAL)
+        if isinstance(nic_map, str) and "\0" in nic_map:
+            raise DDStoreValueError("nic_map holds a NUL character", DDS_EINVAL)
         self._h = None
         self._vars = {}
         self._recv = {}  # address -> registered buffer (kept alive)
@@ -161,13 +171,18 @@ class PyDDStore:
         self.comm = None
         self.group_comm = None
         if comm is None and (method == 2 or (method is None and n_core is not None)):
+            if nic_map:
+                raise DDStoreValueError(
+                    "a method-2 reader takes its NIC map from the environment, not nic_map=: "
+                    "export DDSTORE_NIC_MAP (same format) in the reader's job, or name the NIC "
+                    "with DDSTORE_FABRIC_DOMAIN", DDS_EINVAL)
             self._init_reader(handshake_dir, n_core, timeout, ddstore_width, fabric)
         else:
-            self._init_core(comm, method, ddstore_width, handshake_dir, fabric, n_core)
+            self._init_core(comm, method, ddstore_width, handshake_dir, fabric, n_core, nic_map)
 
     # -- construction
 
-    def _init_core(self, comm, method, width, handshake_dir, fabric, n_core):
+    def _init_core(self, comm, method, width, handshake_dir, fabric, n_core, nic_map):
         MPI = _mpi()
         if comm is None:
             comm = MPI.COMM_WORLD
@@ -215,6 +230,9 @@ class PyDDStore:
         if handshake_dir is not None:
             keep.append(os.fsencode(handshake_dir))
             opts.handshake_dir = keep[-1]
+        if nic_map is not None:
+            keep.append(nic_map.encode())
+            opts.nic_map = keep[-1]
         ptr = ctypes.c_void_p()
         rc = _c.dds_create(ctypes.byref(ptr), comm.py2f(), ctypes.byref(opts))
         if rc:
@@ -688,7 +706,12 @@ class PyDDStore:
         when the shards of ranks on one node live in node shared memory, so
         that reading a node peer's rows is a memcpy for *every* method; the
         transport then carries only rows of other nodes;
-        ``DDSTORE_NODE_LOCAL=0`` turns it off); ``node_local`` (the whole
+        ``DDSTORE_NODE_LOCAL=0`` turns it off); ``domain`` (methods 1 and 2:
+        the libfabric domain, i.e. the NIC, this process opened, such as
+        ``"cxi2"``, ``"mlx5_1"`` or ``"lo"``; None for method 0) and
+        ``domain_choice`` (why: text starting with ``DDSTORE_FABRIC_DOMAIN``,
+        ``nic_map``, ``DDSTORE_NIC_MAP``, ``only``, ``topology`` or ``spread``;
+        None for method 0); ``node_local`` (the whole
         group is on one node: every read is a memcpy); ``reads_collective``;
         ``rank``, ``size``, ``group_rank``, ``group_size``, ``group_index``,
         ``is_reader``.
@@ -701,6 +724,8 @@ class PyDDStore:
         return {
             "method": self.method,
             "transport": self._property("transport"),
+            "domain": self._property("domain") or None,
+            "domain_choice": self._property("domain_choice") or None,
             "node_shm": bool(self._store_info.node_shm),
             "node_local": self.node_local,
             "reads_collective": self.reads_collective,

@@ -59,6 +59,11 @@ static void data_suite(int width)
     CHECK(dds_store_property(s, "transport", tp, 3) == DDS_ERANGE && strlen(tp) == 2,
           "a short buffer gives DDS_ERANGE and a truncated text");
     CHECK(dds_store_property(s, "no such key", tp, sizeof tp) == DDS_ENOENT, "unknown key");
+    char dom[128], why[512];
+    OK(dds_store_property(s, "domain", dom, sizeof dom));
+    OK(dds_store_property(s, "domain_choice", why, sizeof why));
+    CHECK(si.method == 0 ? !dom[0] && !why[0] : dom[0] && why[0], "domain '%s' (%s) for method %d", dom, why,
+          si.method);
 
     int64_t first = 0;
     for (int g = 0; g < si.group_rank; g++)

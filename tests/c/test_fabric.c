@@ -290,6 +290,35 @@ static void busy_owner_suite(dds_store *s, const var_desc *d)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* The NIC (libfabric domain) of each rank: reported with its reason, and
+ * chosen by opts->nic_map (the original DDStore's "iface=cpus;..." map)
+ * when no DDSTORE_FABRIC_DOMAIN overrides it; a map that cannot be honoured
+ * on one rank fails on every rank. */
+static void nic_suite(const dds_options *base, const char *dom)
+{
+    char map[160], why[512], got[128];
+    snprintf(map, sizeof map, "%s=0-8191", dom);
+    dds_options o = *base;
+    o.nic_map = map;
+    dds_store *s = NULL;
+    OK(dds_create(&s, MPI_Comm_c2f(MPI_COMM_WORLD), &o));
+    OK(dds_store_property(s, "domain", got, sizeof got));
+    OK(dds_store_property(s, "domain_choice", why, sizeof why));
+    const char *fd = getenv("DDSTORE_FABRIC_DOMAIN");
+    char want[200];
+    snprintf(want, sizeof want, "nic_map: %s has ", dom);
+    CHECK(strcmp(got, dom) == 0, "domain %s, want %s", got, dom);
+    CHECK(fd ? strncmp(why, "DDSTORE_FABRIC_DOMAIN=", 22) == 0 : strncmp(why, want, strlen(want)) == 0,
+          "nic_map choice: '%s'", why);
+    OK(dds_free(s));
+    o.nic_map = rank == 0 ? "nosuch0=0-8191" : map;
+    s = NULL;
+    int rc = dds_create(&s, MPI_Comm_c2f(MPI_COMM_WORLD), &o);
+    CHECK(fd || (rc == DDS_EINVAL && !s), "a map naming no NIC of the provider: rc %d on every rank", rc);
+    if (rc == DDS_OK)
+        OK(dds_free(s));
+}
+
 static void provider_absent(void)
 {
     dds_options o;
@@ -343,6 +372,12 @@ int main(int argc, char **argv)
     dds_store_info si = { .size = sizeof si };
     OK(dds_store_info_get(s, &si));
     CHECK(si.method == method, "method %d", si.method);
+    char dom[128], why[512];
+    OK(dds_store_property(s, "domain", dom, sizeof dom));
+    OK(dds_store_property(s, "domain_choice", why, sizeof why));
+    CHECK(dom[0] && (strncmp(why, "only: ", 6) == 0 || strncmp(why, "topology: ", 10) == 0 ||
+                     strncmp(why, "spread: ", 8) == 0 || strncmp(why, "DDSTORE_", 8) == 0),
+          "domain '%s' chosen because '%s'", dom, why);
 
     var_desc small, odd, big;
     add_var(s, &small, 1, 8, 5);       /* 8-byte rows */
@@ -369,6 +404,8 @@ int main(int argc, char **argv)
     CHECK(size == 1 || all_remote > 0, "remote rows were read");
 
     OK(dds_free(s));
+    MPI_Barrier(MPI_COMM_WORLD);
+    nic_suite(&o, dom);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0 && base[0])
         CHECK(rmdir(base) == 0, "free leaves the handshake directory it created behind");

@@ -137,6 +137,14 @@ typedef struct dds_options {
     int32_t width;             /* ranks per group; 0 (default): the whole communicator */
     const char *fabric;        /* libfabric provider; NULL: DDSTORE_FABRIC, else automatic */
     const char *handshake_dir; /* method 2; NULL: DDSTORE_HANDSHAKE_DIR, else ./ddstore_hs */
+    /* Since ABI 1.2: */
+    const char *nic_map;       /* methods 1 and 2: which NIC (libfabric domain) each rank opens,
+                                  by its allowed CPUs: "iface=cpus;iface=cpus", e.g.
+                                  "hsn0=0-15,64-79;hsn1=16-31,80-95" (the original DDStore's
+                                  DDSTORE_NIC_MAP format; a name is a domain, or a network
+                                  interface of one). NULL or "": DDSTORE_NIC_MAP, else the
+                                  node's topology. DDSTORE_FABRIC_DOMAIN overrides both.
+                                  Unused by method 0. See dds_store_property "domain". */
 } dds_options;
 
 /* Store description, filled by dds_store_info_get(). */
@@ -227,7 +235,11 @@ DDS_API void dds_options_init(dds_options *opts);
  * not work on this network (Open MPI's default osc/rdma over TCP; use
  * Open MPI's osc/ucx, or method 1 with libfabric's tcp provider, as
  * docs/clusters.rst says). DDS_EINVAL when DDSTORE_COLLECTIVE_TIMEOUT_S or
- * DDSTORE_TEST_NODES is malformed.
+ * DDSTORE_TEST_NODES is malformed, and (methods 1 and 2) when a rank cannot
+ * honour its NIC choice: a malformed opts->nic_map or DDSTORE_NIC_MAP, one
+ * that gives none of the rank's CPUs to a NIC or names a NIC the provider
+ * does not have, or a DDSTORE_FABRIC_DOMAIN that is not one of its domains
+ * (see dds_store_property, "domain").
  * Collective over the communicator. */
 DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts);
 
@@ -251,6 +263,18 @@ DDS_API int dds_store_info_get(const dds_store *store, dds_store_info *info);
  *   "transport"  what moves rows between nodes: "mpi" (method 0) or
  *                "libfabric:<provider>" (methods 1 and 2, readers), e.g.
  *                "libfabric:tcp;ofi_rxm".
+ *   "domain"     methods 1 and 2, readers: the libfabric domain (NIC) this
+ *                process opened, e.g. "cxi2", "mlx5_1", "eth0"; "" for
+ *                method 0. On nodes with several NICs each process takes,
+ *                in this order: DDSTORE_FABRIC_DOMAIN; the NIC that
+ *                dds_options.nic_map (else DDSTORE_NIC_MAP) gives most of
+ *                its allowed CPUs; the NIC on the NUMA node holding most of
+ *                its allowed CPUs (else the nearest by NUMA distance), from
+ *                sysfs. Ties are spread over the node-local ranks.
+ *   "domain_choice"  why that domain: text starting with how it was
+ *                chosen ("DDSTORE_FABRIC_DOMAIN", "nic_map",
+ *                "DDSTORE_NIC_MAP", "only", "topology", "spread"); "" for
+ *                method 0.
  * DDS_ERANGE when the text does not fit (buf then holds a truncated,
  * NUL-terminated prefix); DDS_EINVAL for a NULL key, or a NULL buf with
  * buflen > 0. Local; thread-safe. Since ABI 1.2 (symbol version
@@ -390,7 +414,9 @@ DDS_API int dds_unregister_recv(dds_store *store, void *buf);
  * is missing. The returned store reads like a method-1 store (dds_get,
  * dds_get_batch, dds_get_ranges, dds_query...) and is freed with dds_free()
  * (local). Variables added by the core group later are found by
- * dds_attach(). Local. */
+ * dds_attach(). The reader opens the NIC (libfabric domain) that
+ * DDSTORE_FABRIC_DOMAIN, else DDSTORE_NIC_MAP, else the node's topology
+ * gives it, as a core rank does (dds_store_property, "domain"). Local. */
 DDS_API int dds_join(dds_store **out, const char *handshake_dir, int n_core,
                      double timeout_s);
 

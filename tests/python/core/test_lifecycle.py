@@ -232,8 +232,10 @@ def test_store_info_describes_transport_and_node_memory(comm):
         assert d["method"] == METHOD
         if METHOD == 0:
             assert d["transport"] == "mpi"
+            assert d["domain"] is None and d["domain_choice"] is None  # MPI chooses its network
         else:
             assert d["transport"].startswith("libfabric:") and len(d["transport"]) > len("libfabric:")
+            assert d["domain"] and d["domain_choice"]  # the NIC this rank opened, and why
         want_shm = os.environ.get("DDSTORE_NODE_LOCAL", "1") != "0"
         assert d["node_shm"] is want_shm
         assert d["reads_collective"] is s.reads_collective

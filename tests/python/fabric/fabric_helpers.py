@@ -70,16 +70,26 @@ def reader_env():
 
 
 @contextlib.contextmanager
-def through_fabric():
-    """Stores created inside read other ranks' rows through libfabric even on
-    one node (DDSTORE_NODE_LOCAL=0 disables the shared-memory shortcut);
-    the variable is read when the store is created."""
-    old = os.environ.get("DDSTORE_NODE_LOCAL")
-    os.environ["DDSTORE_NODE_LOCAL"] = "0"
+def environ(**kv):
+    """Set (or, with None, unset) environment variables for the block;
+    libddstore reads them when a store is created."""
+    old = {k: os.environ.get(k) for k in kv}
+    for k, v in kv.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         yield
     finally:
-        if old is None:
-            del os.environ["DDSTORE_NODE_LOCAL"]
-        else:
-            os.environ["DDSTORE_NODE_LOCAL"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def through_fabric():
+    """Stores created inside read other ranks' rows through libfabric even on
+    one node (DDSTORE_NODE_LOCAL=0 disables the shared-memory shortcut)."""
+    return environ(DDSTORE_NODE_LOCAL="0")
