@@ -76,11 +76,11 @@ stop_all() {
   local rc=$? i p
   trap - EXIT INT TERM
   if [ -n "${SLURM_CONF:-}" ] && [ ${#pids[@]} -ge 2 ]; then
-    # Jobs first, so that slurmd's step daemons end with their tasks.
-    timeout 10 scancel --full --quiet --user=root >/dev/null 2>&1 || true
-    for _ in $(seq 20); do
-      [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break
-      sleep 0.5
+    # Jobs first, so that slurmd's step daemons (slurmstepd) end with their tasks.
+    timeout 10 scancel --quiet --user=root >/dev/null 2>&1 || true
+    for _ in $(seq 40); do
+      q=$(timeout 5 squeue -h -o %i 2>/dev/null) && [ -z "$q" ] && break
+      sleep 0.25
     done
   fi
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
@@ -90,6 +90,19 @@ stop_all() {
     kill -KILL "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
+  # Anything of this Slurm that outlived its daemons (a step daemon or task
+  # left by a job killed mid-way): found by the SLURM_CONF path they inherit,
+  # unique to this run.
+  if [ -n "${SLURM_CONF:-}" ]; then
+    for e in /proc/[0-9]*/environ; do
+      p=${e#/proc/}; p=${p%/environ}
+      [ "$p" != $$ ] && [ "$p" != "$BASHPID" ] || continue
+      if grep -qzxF "SLURM_CONF=$SLURM_CONF" "$e" 2>/dev/null; then
+        echo "slurm: stopping leftover process $p ($(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-60))"
+        kill -KILL "$p" 2>/dev/null || true
+      fi
+    done
+  fi
   if [ "$rc" != 0 ]; then
     for f in slurmctld.log slurmd.log munge/munged.log; do
       [ -f "$work/$f" ] && { echo "--- $f (last lines)"; tail -n 15 "$work/$f"; }
@@ -151,6 +164,7 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 MpiDefault=none
 ReturnToService=2
+KillWait=2
 NodeName=$node NodeAddr=127.0.0.1 NodeHostname=$node CPUs=$cpus State=UNKNOWN
 PartitionName=ci Nodes=$node Default=YES MaxTime=15 State=UP OverSubscribe=FORCE
 EOF
