@@ -23,6 +23,8 @@
 #     pyddstore-torch from its build script, imported and run.
 #  5. docs/packaging.rst's "Against an installed libddstore" commands as
 #     written (meson install to a prefix, pip against it), checked the same way.
+# Before them, ci/release_version.py: every place that names the release
+# version agrees with libddstore/VERSION.
 #
 # Everything happens under build-packaging/ (or $PACKAGING_WORK), recreated
 # on every run. torch (~1 GB) is taken from the project's .venv through a
@@ -61,6 +63,10 @@ for d in pyddstore-torch/build pyddstore-torch/pyddstore_torch.egg-info build-sp
 done
 cleanup() { [ ${#trap_rm[@]} -eq 0 ] || rm -rf "${trap_rm[@]}"; }
 trap cleanup EXIT
+
+# Every place that names the release version agrees with libddstore/VERSION
+# (the pyddstore-torch pin, spack recipes and commands, changelog, ddstore.map's labels).
+python3 ci/release_version.py || fail "release version"
 
 work="${PACKAGING_WORK:-$root/build-packaging}"
 rm -rf "$work"
