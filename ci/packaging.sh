@@ -24,7 +24,8 @@
 #  5. docs/packaging.rst's "Against an installed libddstore" commands as
 #     written (meson install to a prefix, pip against it), checked the same way.
 # Before them, ci/release_version.py: every place that names the release
-# version agrees with libddstore/VERSION.
+# version agrees with libddstore/VERSION; and .gitignore covers what spack
+# dev-build leaves in the checkout.
 #
 # Everything happens under build-packaging/ (or $PACKAGING_WORK), recreated
 # on every run. torch (~1 GB) is taken from the project's .venv through a
@@ -67,6 +68,14 @@ trap cleanup EXIT
 # Every place that names the release version agrees with libddstore/VERSION
 # (the pyddstore-torch pin, spack recipes and commands, changelog, ddstore.map's labels).
 python3 ci/release_version.py || fail "release version"
+# What spack dev-build leaves in the checkout is ignored by git: its
+# build-<arch>-<hash> symlinks to the stage (not directories, so /build*/
+# would miss them) and its logs.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  for f in build-linux-debian12-x86_64-6nbkyxq spack-build-out.txt spack-build-env.txt spack-configure-args.txt; do
+    git check-ignore -q --no-index "$f" || fail ".gitignore does not cover spack dev-build's $f"
+  done
+fi
 
 work="${PACKAGING_WORK:-$root/build-packaging}"
 rm -rf "$work"
