@@ -7,6 +7,8 @@
 #                               .mpich/venv (cached) and run the Python core suite with it
 #   bash ci/mpich.sh --build    only install and build (build-mpich/ and the cached
 #                               mpi4py venv), run nothing (ci/cluster.sh uses it)
+#   bash ci/mpich.sh --install  only install MPICH beside Open MPI, as below
+#                               (ci/packaging.sh uses it)
 #
 # Installing libmpich-dev/mpich must not change which MPI the machine uses by
 # default: Debian registers both in the `mpi` and `mpirun` alternatives and
@@ -33,6 +35,8 @@ python_too=0
 [ "${1:-}" = "--python" ] && python_too=1
 build_only=0
 [ "${1:-}" = "--build" ] && build_only=1
+install_only=0
+[ "${1:-}" = "--install" ] && install_only=1
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 alt_value() { update-alternatives --query "$1" 2>/dev/null | awk '/^Value:/ {print $2}'; }
@@ -74,6 +78,7 @@ fi
 command -v mpiexec.mpich >/dev/null || { echo "mpich: mpiexec.mpich not found" >&2; exit 1; }
 echo "mpich: $(mpichversion 2>/dev/null | sed -n 's/^MPICH \(Version\|Device\):[[:space:]]*/\1 /p' | paste -sd ';' -)"
 echo "mpich: default mpiexec is still $(mpiexec --version 2>&1 | head -1)"
+[ $install_only = 0 ] || exit 0
 
 # ---- build libddstore + C tests against MPICH --------------------------------------
 # A meson build of the whole tree with the `mpich` pkg-config dependency

@@ -2,18 +2,30 @@
 # The packaging CI step. Runs the same build scripts as the spack and conda
 # recipes (packaging/scripts/*.sh), then checks what a user of each gets:
 #
-#  1. libddstore: meson setup + meson install into a prefix
-#     (packaging/scripts/build-libddstore.sh).
+#  1. libddstore by its spack recipe, run as spack runs it (ci/spack_recipe.py:
+#     setup_build_environment, install = packaging/scripts/build-libddstore.sh,
+#     the --test=root consumer check) for ^openmpi into a prefix and for
+#     ^mpich (Debian's, beside Open MPI) into another: the meson option mpi,
+#     the installed .pc's Requires.private and the MPI library linked match
+#     the spec's MPI; the consumer runs under that MPI's mpiexec.
 #  2. A C consumer compiled with `pkg-config --cflags --libs libddstore`
-#     against that prefix, run under mpiexec.
-#  3. Wheels and sdists of both Python packages (python -m build): the
-#     pyddstore-core wheel holds libddstore and no headers or .pc file;
-#     pyddstore-torch is pure Python and requires torch without pinning a build.
+#     against the Open MPI prefix, with docs/packaging.rst's rpath and
+#     LD_LIBRARY_PATH blocks as written, run under mpiexec.
+#  3. Wheels and sdists of both Python packages (python -m build): LICENSE in
+#     each, no license deprecation warning; the pyddstore-core wheel holds
+#     libddstore and no headers or .pc file; pyddstore-torch is pure Python
+#     and requires torch without pinning a build. A meson setup without
+#     libfabric (its .pc file hidden) prints the warning.
 #  4. A fresh virtual environment: pyddstore-core from its wheel (bundled
 #     library), then pyddstore-core built against the prefix's libddstore
 #     (packaging/scripts/build-pyddstore-core.sh), each checked by which
 #     library it loads and by a multi-rank run of examples/first_store.py;
 #     pyddstore-torch from its build script, imported and run.
+#  5. docs/packaging.rst's "Against an installed libddstore" commands as
+#     written (meson install to a prefix, pip against it), checked the same way.
+# Before them, ci/release_version.py: every place that names the release
+# version agrees with libddstore/VERSION; and .gitignore covers what spack
+# dev-build leaves in the checkout.
 #
 # Everything happens under build-packaging/ (or $PACKAGING_WORK), recreated
 # on every run. torch (~1 GB) is taken from the project's .venv through a
@@ -29,7 +41,8 @@ step() { echo "=== packaging: $* [${SECONDS}s]"; }
 trap_rm=()
 fail() { echo "packaging: FAILED: $*" >&2; exit 1; }
 
-apt_pkgs=(libopenmpi-dev openmpi-bin libfabric-dev pkg-config gcc)
+# gfortran: the spack recipe's default variant +fortran.
+apt_pkgs=(libopenmpi-dev openmpi-bin libfabric-dev pkg-config gcc gfortran)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -38,14 +51,31 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# Debian's MPICH beside Open MPI (Open MPI stays the default), for the recipe's ^mpich.
+bash ci/mpich.sh --install
 
-# setuptools builds pyddstore-torch in its source folder (build/, *.egg-info);
-# remove what this run creates there, so a CI clone stays clean.
-for d in pyddstore-torch/build pyddstore-torch/pyddstore_torch.egg-info; do
+# setuptools builds pyddstore-torch in its source folder (build/, *.egg-info),
+# the spack recipe in build-spack/ (as spack dev-build does) and the
+# documented prefix flow in build-libddstore/: remove what this run creates
+# there, so a CI clone stays clean.
+[ ! -e build-libddstore ] || fail "build-libddstore/ exists in the checkout: step 5 runs the documented commands, which create it; remove it"
+for d in pyddstore-torch/build pyddstore-torch/pyddstore_torch.egg-info build-spack build-libddstore; do
   [ -e "$d" ] || trap_rm+=("$d")
 done
 cleanup() { [ ${#trap_rm[@]} -eq 0 ] || rm -rf "${trap_rm[@]}"; }
 trap cleanup EXIT
+
+# Every place that names the release version agrees with libddstore/VERSION
+# (the pyddstore-torch pin, spack recipes and commands, changelog, ddstore.map's labels).
+python3 ci/release_version.py || fail "release version"
+# What spack dev-build leaves in the checkout is ignored by git: its
+# build-<arch>-<hash> symlinks to the stage (not directories, so /build*/
+# would miss them) and its logs.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  for f in build-linux-debian12-x86_64-6nbkyxq spack-build-out.txt spack-build-env.txt spack-configure-args.txt; do
+    git check-ignore -q --no-index "$f" || fail ".gitignore does not cover spack dev-build's $f"
+  done
+fi
 
 work="${PACKAGING_WORK:-$root/build-packaging}"
 rm -rf "$work"
@@ -77,25 +107,45 @@ else
 fi
 export PATH="$venv/bin:$PATH"   # meson, ninja of the fresh environment
 
-step "1. libddstore: meson setup + meson install to $prefix"
-bash packaging/scripts/build-libddstore.sh "$prefix" "$work/build-lib" > "$work/build-lib.log" 2>&1 \
-  || { tail -30 "$work/build-lib.log"; fail "libddstore build"; }
-for f in lib/libddstore.so.1 lib/pkgconfig/libddstore.pc include/ddstore/ddstore.h include/ddstore/ddstore_export.h; do
+step "1. libddstore by its spack recipe, ^openmpi, into $prefix"
+spack_recipe() { # spack_recipe <log> <args...>
+  local log=$1; shift
+  timeout 600 "$py" ci/spack_recipe.py "$@" > "$log" 2>&1 || { tail -30 "$log"; fail "spack recipe $*"; }
+  grep "^spack_recipe: ^\|^consumer:" "$log"
+}
+spack_recipe "$work/spack-openmpi.log" --mpi openmpi --variants +fabric+fortran --prefix "$prefix"
+for f in lib/libddstore.so.1 lib/pkgconfig/libddstore.pc include/ddstore/ddstore.h include/ddstore/ddstore_export.h \
+         include/ddstore/fortran/ddstore.mod lib/libddstore_fortran.a; do
   [ -e "$prefix/$f" ] || fail "meson install did not install $f"
 done
 soname=$(objdump -p "$prefix/lib/libddstore.so.1" | awk '/SONAME/ {print $2}')
 [ "$soname" = libddstore.so.1 ] || fail "soname is $soname, expected libddstore.so.1"
 echo "installed: $(cd "$prefix" && find . -type f -o -type l | sort | tr '\n' ' ')"
 
-step "2. C consumer built with pkg-config against the prefix, run under mpiexec"
+step "1b. libddstore by its spack recipe, ^mpich (Debian's MPICH beside Open MPI)"
+spack_recipe "$work/spack-mpich.log" --mpi mpich --variants +fabric~fortran --prefix "$work/prefix-mpich"
+
+step "2. C consumer built with pkg-config against the prefix (docs/packaging.rst's blocks), run under mpiexec"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 echo "pkg-config --cflags --libs libddstore: $(pkg-config --cflags --libs libddstore)"
-# shellcheck disable=SC2046
-mpicc -std=c11 -Wall -Wextra -Werror packaging/c-consumer/consumer.c \
-  $(pkg-config --cflags --libs libddstore) -Wl,-rpath,"$prefix/lib" -o "$work/consumer"
+app="$work/app"
+mkdir -p "$app"
+cp packaging/c-consumer/consumer.c "$app/app.c"
+doc_rpath=$(python3 ci/doc_block.py docs/packaging.rst rpath)
+doc_ldpath=$(python3 ci/doc_block.py docs/packaging.rst ld-library-path)
+(cd "$app" && env -u LD_LIBRARY_PATH bash -euo pipefail -c "$doc_rpath") || fail "docs/packaging.rst's rpath block"
 for n in 1 2 3; do
-  timeout -k 5 60 mpiexec -n $n "$work/consumer" || fail "C consumer at $n ranks"
+  (cd "$app" && env -u LD_LIBRARY_PATH timeout -k 5 60 mpiexec -n $n ./app) || fail "C consumer (rpath) at $n ranks"
 done
+# Without rpath: does not start; with the LD_LIBRARY_PATH block: runs.
+# shellcheck disable=SC2046
+mpicc -std=c11 -Wall -Wextra -Werror "$app/app.c" $(pkg-config --cflags --libs libddstore) -o "$app/app-norpath"
+if out=$(env -u LD_LIBRARY_PATH "$app/app-norpath" 2>&1); then
+  fail "a consumer without rpath started without LD_LIBRARY_PATH: the docs' reason for both is gone ($out)"
+fi
+grep -q "libddstore.so.1" <<<"$out" || fail "consumer without rpath: $out"
+(cd "$app" && unset LD_LIBRARY_PATH && eval "$doc_ldpath" && timeout -k 5 60 mpiexec -n 2 ./app-norpath) \
+  || fail "C consumer with docs/packaging.rst's LD_LIBRARY_PATH block"
 
 step "3. wheels and sdists (python -m build)"
 timeout 300 "$py" -m build --no-isolation --sdist --wheel --outdir "$work/dist" pyddstore-core > "$work/build-core.log" 2>&1 \
@@ -103,9 +153,32 @@ timeout 300 "$py" -m build --no-isolation --sdist --wheel --outdir "$work/dist" 
 timeout 300 "$py" -m build --no-isolation --sdist --wheel --outdir "$work/dist" pyddstore-torch > "$work/build-torch.log" 2>&1 \
   || { tail -30 "$work/build-torch.log"; fail "python -m build pyddstore-torch"; }
 ls -l "$work/dist"
-"$py" - "$work/dist" <<'PY'
+# The SPDX license string: no "`project.license` as a TOML table is deprecated" from the backends.
+if grep -iE "licen[cs]e.*deprecat|deprecat.*licen[cs]e" "$work/build-core.log" "$work/build-torch.log"; then
+  fail "a build backend warns about the license metadata (above)"
+fi
+"$py" - "$work/dist" LICENSE <<'PY'
 import glob, re, sys, tarfile, zipfile
 dist = sys.argv[1]
+license_text = open(sys.argv[2], "rb").read()
+# LICENSE (BSD-3-Clause) in every wheel and sdist, as a file with the repository's text,
+# and the SPDX expression in the metadata.
+for whl in glob.glob(f"{dist}/*.whl"):
+    z = zipfile.ZipFile(whl)
+    lic = [n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/licenses/LICENSE", n)]
+    assert lic and z.read(lic[0]) == license_text, f"{whl}: no .dist-info/licenses/LICENSE with the repository's text"
+    meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: BSD-3-Clause" in meta.splitlines(), f"{whl}: no License-Expression: BSD-3-Clause"
+    assert "License-File: LICENSE" in meta.splitlines(), f"{whl}: no License-File: LICENSE"
+for sd in glob.glob(f"{dist}/*.tar.gz"):
+    tf = tarfile.open(sd)
+    lic = [m for m in tf.getmembers() if m.name.count("/") == 1 and m.name.endswith("/LICENSE")]
+    assert lic and lic[0].isfile() and tf.extractfile(lic[0]).read() == license_text, \
+        f"{sd}: no top-level LICENSE file with the repository's text (a symlink would be dropped)"
+    pkg_info = tf.extractfile(next(m for m in tf.getmembers() if m.name.count("/") == 1 and
+                                   m.name.endswith("/PKG-INFO"))).read().decode()
+    assert "License-Expression: BSD-3-Clause" in pkg_info.splitlines(), f"{sd}: no License-Expression"
+print(f"LICENSE (BSD-3-Clause) in {len(glob.glob(f'{dist}/*.whl'))} wheels and {len(glob.glob(f'{dist}/*.tar.gz'))} sdists")
 core = glob.glob(f"{dist}/pyddstore_core-*.whl")
 torchw = glob.glob(f"{dist}/pyddstore_torch-*.whl")
 assert len(core) == 1 and len(torchw) == 1, (core, torchw)
@@ -133,6 +206,36 @@ for sd in glob.glob(f"{dist}/*.tar.gz"):
         assert ver and ver[0].isfile(), f"{sd} has no VERSION file (a symlink is dropped by meson-python)"
 print(f"wheels ok: {core[0].split('/')[-1]} ({libs[0]}), {torchw[0].split('/')[-1]} ({', '.join(torch_reqs)})")
 PY
+
+step "3b. a build without libfabric warns (libfabric.pc hidden from pkg-config)"
+# A pkg-config directory with every .pc file of this machine but libfabric's.
+nofab="$work/pc-without-libfabric"
+mkdir -p "$nofab"
+IFS=: read -ra pc_dirs <<<"$(pkg-config --variable pc_path pkg-config)"
+for d in "${pc_dirs[@]}"; do
+  for f in "$d"/*.pc; do
+    [ -e "$f" ] && [ "$(basename "$f")" != libfabric.pc ] && [ ! -e "$nofab/$(basename "$f")" ] && ln -s "$f" "$nofab/"
+  done
+done
+nofab_setup() { # nofab_setup <name> <source> <meson options...>: meson setup's output
+  local name=$1 src=$2; shift 2
+  PKG_CONFIG_LIBDIR="$nofab" PKG_CONFIG_PATH="" meson setup "$work/$name" "$src" "$@" 2>&1 \
+    || fail "meson setup $src $* without libfabric"
+}
+warning="WARNING: libddstore is built WITHOUT libfabric"
+# As spack, conda and meson users build it, and as pip builds pyddstore-core
+# (libddstore a subproject: the option to name is -Dlibddstore:libfabric).
+out=$(nofab_setup nofab-lib libddstore -Dfortran=disabled)
+grep -F "$warning" <<<"$out" | grep -qF -- "-Dlibfabric=disabled says" || { echo "$out"; fail "no libfabric warning from meson setup libddstore"; }
+out=$(nofab_setup nofab-core pyddstore-core)
+grep -F "$warning" <<<"$out" | grep -qF -- "-Dlibddstore:libfabric=disabled says" || { echo "$out"; fail "no libfabric warning from meson setup pyddstore-core"; }
+grep -F "$warning" <<<"$out"
+# Chosen with -Dlibfabric=disabled: a message, no warning.
+out=$(nofab_setup nofab-off libddstore -Dfortran=disabled -Dlibfabric=disabled)
+if grep -q "WARNING" <<<"$out" || ! grep -q "libfabric disabled (-Dlibfabric=disabled)" <<<"$out"; then
+  echo "$out"; fail "-Dlibfabric=disabled: expected a message and no warning"
+fi
+rm -rf "$work"/nofab-*
 
 check_core() { # check_core <expected library path prefix> <label>
   (cd "$work" && env -u PYDDSTORE_LIBRARY -u PYTHONPATH "$py" -c "
@@ -230,4 +333,11 @@ PY
 else
   echo "packaging: torch not available (no .venv); pyddstore.torch import skipped"
 fi
+step "5. docs/packaging.rst's \"Against an installed libddstore\", as written, PREFIX=$work/doc-prefix"
+"$py" -m pip uninstall -q -y pyddstore-core pyddstore-torch
+doc_flow=$(python3 ci/doc_block.py docs/packaging.rst prefix-flow)
+echo "$doc_flow"
+PREFIX="$work/doc-prefix" PKG_CONFIG_PATH="" bash -euo pipefail -c "$doc_flow" > "$work/doc-flow.log" 2>&1 \
+  || { grep -v '^WARNING: Location' "$work/doc-flow.log" | tail -30; fail "docs/packaging.rst's prefix flow"; }
+check_core "$work/doc-prefix/lib/libddstore.so" "the documented prefix flow"
 echo "packaging: all checks passed in ${SECONDS}s"

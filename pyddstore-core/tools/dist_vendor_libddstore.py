@@ -1,6 +1,7 @@
 """meson dist script: replace the symlinks that point outside
-pyddstore-core (subprojects/libddstore -> ../../libddstore and
-VERSION -> ../libddstore/VERSION) by real copies in the source distribution.
+pyddstore-core (subprojects/libddstore -> ../../libddstore,
+VERSION -> ../libddstore/VERSION and LICENSE -> ../LICENSE) by real copies
+in the source distribution.
 
 Without it the sdist holds dangling symlinks once unpacked (meson-python
 drops them), and the build from it silently has no library to build.
@@ -43,11 +44,15 @@ def main():
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copy2(os.path.join(src, rel), dst)
     print(f"dist_vendor_libddstore: copied {src} into {link}")
-    version = os.path.join(dist_root, "VERSION")
-    if os.path.islink(version):
-        os.unlink(version)
-        shutil.copy2(os.path.join(src, "VERSION"), version)
-        print(f"dist_vendor_libddstore: VERSION copied from {src}")
+    for name in ("VERSION", "LICENSE"):
+        dst = os.path.join(dist_root, name)
+        if os.path.islink(dst):
+            target = os.path.realpath(os.path.join(source_root, name))
+            if not os.path.isfile(target):
+                sys.exit(f"dist_vendor_libddstore: {name} links to {target}, which is not a file")
+            os.unlink(dst)
+            shutil.copy2(target, dst)
+            print(f"dist_vendor_libddstore: {name} copied from {target}")
 
 
 if __name__ == "__main__":

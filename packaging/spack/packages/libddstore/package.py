@@ -5,12 +5,29 @@
 # prefix. Sources come from a checkout of this repository:
 #
 #   spack repo add packaging/spack
-#   spack dev-build libddstore@0.1.0 ^openmpi         # from the checkout's root
+#   spack dev-build libddstore@0.1.0 ^openmpi         # from the checkout's root; or ^mpich
 #   # or, in an environment: spack develop --path $PWD libddstore@0.1.0
 #
 # (No release tarball is published yet; add url/sha256 lines when one is.)
+# ci/packaging.sh runs this recipe's setup_build_environment, install and
+# check_consumer for ^openmpi and ^mpich (ci/spack_recipe.py), since spack
+# itself is not available in CI.
+
+import os
 
 from spack.package import *
+
+
+def mpi_pkgconfig_name(mpi):
+    """The pkg-config name of spack's MPI package `mpi`, for meson's -Dmpi
+    (DDS_MPI of build-libddstore.sh): the build links that MPI, and the
+    installed libddstore.pc requires it (Requires.private), so that a
+    program of the same MPI compiles and links against libddstore."""
+    if mpi == "openmpi":
+        return "ompi-c"
+    if mpi in ("mpich", "cray-mpich"):
+        return "mpich"
+    return "mpi"   # meson's generic MPI lookup (pkg-config, then the compiler wrappers)
 
 
 class Libddstore(Package):
@@ -35,9 +52,10 @@ class Libddstore(Package):
     def setup_build_environment(self, env):
         env.set("DDS_LIBFABRIC", "enabled" if self.spec.satisfies("+fabric") else "disabled")
         env.set("DDS_FORTRAN", "enabled" if self.spec.satisfies("+fortran") else "disabled")
-        # Build against spack's MPI, whichever implementation it is: the
-        # generic pkg-config name works for Open MPI and MPICH alike.
-        env.set("DDS_MPI", "auto")
+        # spack's MPI by its own pkg-config name: "auto" would take Open MPI
+        # whenever one is visible (a system package, another spack package),
+        # even for ^mpich.
+        env.set("DDS_MPI", mpi_pkgconfig_name(self.spec["mpi"].name))
 
     def install(self, spec, prefix):
         bash = which("bash")
@@ -50,7 +68,12 @@ class Libddstore(Package):
         """The C consumer of CI, built with pkg-config against the install."""
         cc = Executable(self.spec["mpi"].mpicc)
         pkgconf = which("pkg-config")
-        env["PKG_CONFIG_PATH"] = join_path(self.prefix, "lib", "pkgconfig")
+        # Prepended: the .pc files of the MPI and libfabric that libddstore.pc
+        # requires are on spack's PKG_CONFIG_PATH.
+        pc_path = [join_path(self.prefix, "lib", "pkgconfig")]
+        if os.environ.get("PKG_CONFIG_PATH"):
+            pc_path.append(os.environ["PKG_CONFIG_PATH"])
+        os.environ["PKG_CONFIG_PATH"] = ":".join(pc_path)
         flags = pkgconf("--cflags", "--libs", "libddstore", output=str).split()
         src = join_path(self.stage.source_path, "packaging", "c-consumer", "consumer.c")
         exe = join_path(self.stage.source_path, "build-spack", "consumer")

@@ -19,7 +19,7 @@ class PyPyddstoreCore(Package):
     extends("python")
     depends_on("python@3.9:", type=("build", "run"))
     depends_on("py-pip", type="build")
-    depends_on("py-meson-python@0.16:", type="build")
+    depends_on("py-meson-python@0.18:", type="build")   # PEP 639 license metadata
     depends_on("meson@1.1:", type="build")
     depends_on("ninja", type="build")
     depends_on("pkgconfig", type="build")

@@ -18,7 +18,7 @@ class PyPyddstoreTorch(Package):
     extends("python")
     depends_on("python@3.9:", type=("build", "run"))
     depends_on("py-pip", type="build")
-    depends_on("py-setuptools@61:", type="build")
+    depends_on("py-setuptools@77:", type="build")   # PEP 639 license metadata
     depends_on("py-pyddstore-core@0.1.0", type=("build", "run"))
     depends_on("py-torch", type=("build", "run"))   # any torch build: +cuda, +rocm or CPU
     depends_on("py-numpy@1.24:", type=("build", "run"))
