@@ -167,6 +167,19 @@ def _dtype_error(index, key, dtype):
         f"{cast}; any source: encode=.")
 
 
+def _refuse_graph(value, where):
+    """TypeError naming pyddstore.torch.geometric.DistDataset when `value` is a
+    torch_geometric graph (Data, HeteroData, Batch); told by its class's bases,
+    so that torch_geometric is never imported here."""
+    if any(c.__name__ == "BaseData" and c.__module__.startswith("torch_geometric.")
+           for c in type(value).__mro__):
+        raise TypeError(
+            f"{where}: a torch_geometric {type(value).__name__} is a graph; store graphs with "
+            "pyddstore.torch.geometric.DistDataset (the same arguments; its DataLoader batches them "
+            "as torch_geometric does). This DistDataset stores fixed-shape tensors, arrays and "
+            "numbers; to keep a graph here, turn it into such fields with encode=.")
+
+
 def leaf_spec(value, index, key):
     """FieldSpec of one field value; raises TypeError for unsupported values."""
     if isinstance(value, torch.Tensor):
@@ -190,6 +203,7 @@ def leaf_spec(value, index, key):
         return FieldSpec(key, NUMBER, np.int64, ())
     if isinstance(value, numbers.Real):
         return FieldSpec(key, NUMBER, np.float64, ())
+    _refuse_graph(value, _where(index, key))
     raise TypeError(
         f"{_where(index, key)}: a value of type {type(value).__name__} cannot be stored; a field must be "
         "a torch.Tensor, a numpy.ndarray or a number (bool, int, float) of fixed shape and one of the "
@@ -222,6 +236,7 @@ def container_of(sample, index):
         return TUPLE, list(enumerate(sample)), tt
     if isinstance(sample, list):
         return LIST, list(enumerate(sample)), None
+    _refuse_graph(sample, f"sample {index}")
     raise TypeError(
         f"sample {index}: a sample of type {type(sample).__name__} cannot be stored; a sample must be a "
         "tensor, array or number, a tuple or list of them, or a dict of them. Convert it with encode=.")

@@ -3,6 +3,7 @@
 import os
 import queue
 import threading
+import typing
 import warnings
 
 import torch
@@ -13,6 +14,8 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 from . import _loader_protocol as loader_protocol
 
 _default_collate = _dl_utils.collate.default_collate
+# The type of the loader's items, as torch's DataLoader is Generic[T_co].
+T_co = typing.TypeVar("T_co", covariant=True)
 
 
 def _affinity_sets(n_threads):
@@ -417,7 +420,7 @@ class _ThreadIter(_BaseDataLoaderIter):
                 run.results.clear()
 
 
-class ThreadDataLoader(DataLoader):
+class ThreadDataLoader(DataLoader[T_co]):
     """A DataLoader that fetches batches in a thread pool instead of forked worker processes.
 
     Threads share the process's MPI state, CUDA context and Python objects, so
