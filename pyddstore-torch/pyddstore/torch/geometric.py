@@ -83,6 +83,38 @@ def _class_path(cls):
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _class_ref(cls):
+    """How a rank that holds no graph finds the graphs' class: [module, qualname], or
+    ["batch", ref of the Data class] for a Batch class made by torch_geometric's dynamic
+    inheritance (DataBatch: Batch samples), which cannot be imported by name."""
+    bases = cls.__bases__
+    if issubclass(cls, Batch) and len(bases) == 2 and bases[0] is Batch:
+        return ["batch", _class_ref(bases[1])]
+    return [cls.__module__, cls.__qualname__]
+
+
+def _import_class(ref):
+    """The class of a _class_ref(); TypeError naming it when it cannot be imported."""
+    import importlib
+
+    if ref[0] == "batch":
+        return type(Batch(_base_cls=_import_class(ref[1])))
+    module, qualname = ref
+    obj = None
+    if "<locals>" not in qualname:
+        try:
+            obj = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            obj = None
+    if not (isinstance(obj, type) and issubclass(obj, Data)):
+        raise TypeError(f"this rank holds no graph (fewer graphs than ranks) and cannot import the graphs' "
+                        f"class {module}.{qualname}: define it at the top level of a module, or load "
+                        "at least as many graphs as ranks")
+    return obj
+
+
 # ------------------------------------------------------------------ attributes
 
 class _Attr:
@@ -291,7 +323,7 @@ class _Columns:
             lens = self.meta[:, c1]
             bounds[g] = np.concatenate(([0], np.cumsum(lens)))
         for j in range(len(self.rows)):
-            d = lay.cls()
+            d = lay.new_data()
             for a in lay.attrs:
                 if a.kind == _NUM_NODES:
                     d.num_nodes = int(self.meta[j, _COL_NODES])
@@ -391,7 +423,9 @@ class _Columns:
                 repeats = np.diff(slices)
                 mapping[f"{key}_batch"] = torch.from_numpy(np.repeat(arange, repeats))
                 mapping[f"{key}_ptr"] = torch.from_numpy(_np_cumsum(repeats))
-        if lay.infer:
+        if lay.infer and not issubclass(lay.cls, Batch):
+            # Batch.from_data_list adds batch/ptr for Data samples only: a batch of
+            # Batch objects keeps each inner batch vector (incremented, as collated above).
             nodes = meta[:, _COL_NODES]
             store.batch = torch.from_numpy(np.repeat(arange, nodes))
             store.ptr = torch.from_numpy(_np_cumsum(nodes))
@@ -430,7 +464,7 @@ class _Layout:
         once and then instantiated directly when its __init__ needs no argument.
         """
         if self._batch_cls is None:
-            first = Batch(_base_cls=self.cls) if not issubclass(self.cls, Batch) else Batch()
+            first = Batch(_base_cls=self.cls)   # self.cls itself when it is a Batch class
             import inspect
 
             params = list(inspect.signature(self.cls.__init__).parameters.values())[1:]
@@ -441,6 +475,14 @@ class _Layout:
         if self._batch_cls is False:
             return Batch(_base_cls=self.cls)
         return type.__call__(self._batch_cls)
+
+    def new_data(self):
+        """An empty graph of this dataset's Data class. A Batch class (samples that are
+        Batch objects) is made without its metaclass, which would derive another class
+        from it (DataBatch() makes a DataDataBatch)."""
+        if issubclass(self.cls, Batch):
+            return type.__call__(self.cls)
+        return self.cls()
 
     def to_json(self):
         return json.dumps({"version": _VERSION, "class": _class_path(self.cls),
@@ -703,7 +745,8 @@ class DistDataset(_GraphDataset):
                                 desc=f"{what} loading")
             self._scan(plan, start, stop, graphs, bar if chunk_size is None else None)
             if graphs.attrs is not None:
-                mine = json.dumps({"class": _class_path(graphs.cls), "infer": graphs.infer,
+                mine = json.dumps({"class": _class_path(graphs.cls), "class_ref": _class_ref(graphs.cls),
+                                   "infer": graphs.infer,
                                    "attrs": [list(a.signature()) for a in graphs.attrs]})
         except Exception as e:  # noqa: BLE001
             err = e
@@ -717,6 +760,16 @@ class DistDataset(_GraphDataset):
                                  f"rank ({a}); every graph needs the same attributes, dtypes and shapes "
                                  "except the size along __cat_dim__")
         refd = json.loads(ref)
+        cls = graphs.cls
+        if any(x is None for x in gathered):
+            # A rank holding no graph (fewer graphs than ranks) takes the class from the others.
+            err = None
+            if cls is None:
+                try:
+                    cls = _import_class(refd["class_ref"])
+                except Exception as e:  # noqa: BLE001
+                    err = e
+            raise_agreed(comm, err, what)
         order = [s[0] for s in refd["attrs"]]
         if graphs.attrs is not None:
             perm = [[a.key for a in graphs.attrs].index(k) for k in order]
@@ -770,7 +823,8 @@ class DistDataset(_GraphDataset):
                 raise ValueError(f"{what}: attribute {a.key!r} has no elements besides its concatenation "
                                  f"axis ({fa.describe()}); leave it out with exclude_keys=")
             final.append(fa)
-        cls = graphs.cls if graphs.cls is not None else Data
+        if graphs.keep and graphs.values is None:
+            graphs.values = [[] for _ in final]     # no graph on this rank
         layout = _Layout(cls, final, len(reps), width, bool(refd["infer"]))
         self._layout = layout
 
@@ -957,7 +1011,12 @@ class DataLoader(ThreadDataLoader):
     ``DataLoader(dataset, batch_size=1, shuffle=False, follow_batch=None,
     exclude_keys=None, **kwargs)``; kwargs are ThreadDataLoader's (sampler,
     batch_sampler, num_workers, drop_last, prefetch_factor, ...). Yields
-    ``Batch`` objects. Over a geometric DistDataset or DistDatasetReader (or
+    ``Batch`` objects. ``num_workers=N`` reads in N threads; with
+    ``num_workers=0`` (the default) batches are read and collated in the
+    calling thread, as torch_geometric's and torch's loaders do, so datasets
+    whose handles belong to one thread (torch_geometric's SQLite-backed
+    ``OnDiskDataset``) work; ThreadDataLoader itself reads in one worker
+    thread then. Over a geometric DistDataset or DistDatasetReader (or
     a Subset of one) each batch is read with one store call per stored
     variable and built from the columns, equal to ``Batch.from_data_list``
     of the same graphs (with ``follow_batch``/``exclude_keys``); any other
@@ -965,6 +1024,8 @@ class DataLoader(ThreadDataLoader):
     collective rules of ThreadDataLoader apply (same number of batches on
     every rank: DistributedSampler, ElasticSampler or BudgetBatchSampler).
     """
+
+    _reads_in_caller_without_workers = True  # num_workers=0: the calling thread reads
 
     def __init__(self, dataset, batch_size=1, shuffle=False, follow_batch=None, exclude_keys=None,
                  **kwargs):
