@@ -2,6 +2,7 @@
 test_batch.py) set the rule: num_workers=0 reads in the calling thread (OnDiskDataset's
 SQLite handles belong to one thread), and batches of Batch objects keep each inner batch
 vector. Run under mpiexec (every rank)."""
+import json
 import shutil
 import tempfile
 import threading
@@ -9,6 +10,7 @@ import threading
 import pytest
 import torch
 pytest.importorskip("torch_geometric")
+from conftest import raised_everywhere  # noqa: E402
 from graphs import Graphs, expected, same_batch, same_data  # noqa: E402
 from torch.utils.data import DistributedSampler  # noqa: E402
 
@@ -133,3 +135,123 @@ def test_batches_of_batches_keep_inner_batch_vectors(world):
             small.free()
     finally:
         ds.free()
+
+
+# ------------------------------------------------------------------ Index and EdgeIndex
+
+def _indexed_graph(i):
+    """Graph i with torch_geometric's tensor subclasses, their metadata varying by graph:
+    an EdgeIndex (sort order row/col/none, undirected or not, sizes known or not), an Index
+    incremented by the node count ("node_index", sorted in some graphs, dim_size None in some)
+    and an Index that is not incremented ("cluster")."""
+    from torch_geometric import EdgeIndex, Index
+    from torch_geometric.data import Data
+
+    g = torch.Generator().manual_seed(500 + i)
+    n = 2 + i % 4
+    e = 0 if i % 7 == 3 else 1 + i % 5
+    ei = torch.randint(0, n, (2, e), generator=g)
+    order = (None, "row", "col")[i % 3]
+    if order is not None:
+        ei = ei[:, torch.argsort(ei[0 if order == "row" else 1], stable=True)]
+    if i % 4 == 1:   # undirected: both directions, square size
+        ei = torch.cat([ei, ei.flip(0)], 1)
+        ei = ei[:, torch.argsort(ei[0], stable=True)]
+        edge_index = EdgeIndex(ei.contiguous(), sparse_size=(n, n), sort_order="row", is_undirected=True)
+    else:
+        size = None if i % 5 == 2 else (n, n + i % 2)
+        edge_index = EdgeIndex(ei.contiguous(), sparse_size=size, sort_order=order)
+    node_index = torch.randint(0, n, (2 + i % 3,), generator=g)  # torch_geometric cannot add to 1 index
+    if i % 2 == 0:
+        node_index = node_index.sort().values
+    cluster = torch.randint(0, 4, (3,), generator=g, dtype=torch.int32)
+    return Data(x=torch.randn(n, 3, generator=g), edge_index=edge_index,
+                node_index=Index(node_index, dim_size=None if i % 6 == 5 else n, is_sorted=i % 2 == 0),
+                cluster=Index(cluster, dim_size=4 + i % 2), y=torch.tensor([i]))
+
+
+def test_index_and_edge_index_keep_class_and_metadata(world):
+    """Graphs with torch_geometric's Index and EdgeIndex: ds[i] keeps each graph's class and
+    metadata, and every batch equals Batch.from_data_list's (Index/EdgeIndex with merged
+    dim_size/sparse_size/sort order/is_undirected and per-graph _cat_metadata), as do
+    to_data_list() and batch[i] of it; also chunked loads and ranks holding no graph."""
+    from torch_geometric import EdgeIndex, Index
+    from torch_geometric.data import Batch, Data
+
+    n = 13
+    src = [_indexed_graph(i) for i in range(n)]
+    for chunk in (None, 4):
+        ds = DistDataset(src, f"geo_idx_{chunk}", comm=world, chunk_size=chunk)
+        try:
+            # The description a DistDatasetReader reads says which attributes keep a class.
+            text = ds._layout.to_json()
+            assert json.loads(text)["version"] == 2
+            kept = {a.key: (a.sub, a.sub_col) for a in type(ds._layout).from_json(text, Data).attrs}
+            assert kept == {a.key: (a.sub, a.sub_col) for a in ds._layout.attrs}
+            assert kept["edge_index"][0] == "EdgeIndex" and kept["x"] == (None, None)
+            for i in range(n):
+                d = ds[i]
+                same_data(d, src[i], f"ds[{i}]")
+                assert isinstance(d.edge_index, EdgeIndex) and isinstance(d.node_index, Index)
+            sampler = DistributedSampler(ds, num_replicas=world.size, rank=world.rank, shuffle=True, seed=4)
+            rows = list(sampler)
+            for workers in (0, 2):
+                got = list(DataLoader(ds, batch_size=4, sampler=sampler, num_workers=workers,
+                                      follow_batch=["node_index"]))
+                assert len(got) == -(-len(rows) // 4)
+                for k, b in enumerate(got):
+                    want = Batch.from_data_list([src[i] for i in rows[4 * k:4 * k + 4]],
+                                                follow_batch=["node_index"])
+                    same_batch(b, want, f"batch {k}")
+                    assert isinstance(b.edge_index, EdgeIndex) and isinstance(b.cluster, Index)
+                    for j, (x, w) in enumerate(zip(b.to_data_list(), want.to_data_list())):
+                        same_data(x, w, f"batch {k}.to_data_list()[{j}]")
+                        same_data(b[j], want[j], f"batch {k}[{j}]")
+            # One graph alone, all graphs, repeats; undirected row-sorted graphs only (the batch
+            # is undirected and sorted by row), row-sorted ones, column-sorted ones.
+            for part in ([n - 1], list(range(n)), [2, 2, 0], [1, 5, 9], [4, 7, 10], [2, 8]):
+                b = ds._read_batch(part).batch()
+                same_batch(b, Batch.from_data_list([src[i] for i in part]))
+                if part == [1, 5, 9]:
+                    assert b.edge_index.is_undirected and b.edge_index.sort_order == "row"
+                if part == [2, 8]:
+                    assert b.edge_index.sort_order == "col" and b.node_index.is_sorted
+        finally:
+            ds.free()
+    # torch_geometric's own cases (test_batch.py: test_index, test_edge_index).
+    index1 = Index([0, 1, 1, 2], dim_size=3, is_sorted=True)
+    index2 = Index([0, 1, 1, 2, 2, 3], dim_size=4, is_sorted=True)
+    edge1 = EdgeIndex([[0, 1, 1, 2], [1, 0, 2, 1]], sparse_size=(3, 3), sort_order="row", is_undirected=True)
+    edge2 = EdgeIndex([[1, 0, 2, 1, 3, 2], [0, 1, 1, 2, 2, 3]], sparse_size=(4, 4), sort_order="col")
+    for pair in ([Data(index=index1, num_nodes=3), Data(index=index2, num_nodes=4)],
+                 [Data(edge_index=edge1), Data(edge_index=edge2)]):
+        small = DistDataset(pair, "geo_idx_pyg", comm=world)
+        try:
+            b = small._read_batch([0, 1]).batch()
+            same_batch(b, Batch.from_data_list(pair))
+            if "index" in b:
+                assert b.index.dim_size == 7 and b.index.is_sorted
+            else:
+                assert b.edge_index.sparse_size() == (7, 7) and b.edge_index.sort_order is None
+                assert not b.edge_index.is_undirected
+        finally:
+            small.free()
+
+
+def test_other_tensor_subclasses_are_refused(world):
+    """A tensor subclass the store would hand back as a plain tensor is refused at load, and an
+    attribute that is an Index in one graph and a plain tensor in another too (every rank)."""
+    from torch_geometric import Index
+    from torch_geometric.data import Data
+
+    src = [Data(x=torch.zeros(2, 1), w=torch.nn.Parameter(torch.ones(2, 1))) for _ in range(3)]
+    with pytest.raises(TypeError) as e:
+        DistDataset(src, "geo_param", comm=world)
+    msg = raised_everywhere(world, e)
+    assert "Parameter" in msg and "'w'" in msg and "Index and EdgeIndex" in msg
+    # A mix within a rank's share, or between ranks.
+    mixed = [Data(x=torch.zeros(2, 1), node_index=Index(torch.tensor([0, 1])) if i % 2 else torch.tensor([0, 1]))
+             for i in range(8)]
+    with pytest.raises(ValueError) as e:
+        DistDataset(mixed, "geo_mixed", comm=world)
+    assert "class=Index" in raised_everywhere(world, e)
