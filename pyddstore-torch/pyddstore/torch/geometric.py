@@ -801,7 +801,8 @@ class DistDataset(_GraphDataset):
     are stored. torch_geometric's ``Index`` and ``EdgeIndex`` keep their class
     and each graph's metadata (``dim_size``/``is_sorted``; ``sparse_size``,
     ``sort_order``, ``is_undirected``), in ``ds[i]`` and in batches as
-    ``Batch.from_data_list`` merges them; other tensor subclasses are refused. Errors are raised on every rank, naming the graph and attribute.
+    ``Batch.from_data_list`` merges them; other tensor subclasses are refused.
+    Errors are raised on every rank, naming the graph and attribute.
     With method 0, batched reads (the loader, ``__getitems__``) are collective
     as for pyddstore.torch.DistDataset; ``ds[i]`` is not.
     """
