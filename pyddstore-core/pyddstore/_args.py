@@ -10,7 +10,7 @@ import operator
 import numpy as np
 
 from . import _lib
-from ._dtypes import _TAG_BFLOAT16, SUPPORTED_DTYPES, dtype_tag
+from ._dtypes import _TAG_BFLOAT16, SUPPORTED_DTYPES, dtype_tag, record_problem
 from ._errors import (
     DDS_EINVAL,
     DDS_ENOTSUP,
@@ -76,6 +76,8 @@ def _to_array(obj, what, name, output):
                 f"{what} for variable {name!r} must be writable memory (numpy array, CPU tensor, "
                 f"bytearray); a {type(obj).__name__} would be copied and the data lost", DDS_EINVAL)
     if arr.dtype.hasobject:
+        if arr.dtype.fields is not None:
+            raise DDStoreDTypeError(f"{what} for variable {name!r}: {record_problem(arr.dtype)}", DDS_EINVAL)
         raise DDStoreDTypeError(
             f"{what} for variable {name!r} has dtype {arr.dtype}, which holds Python objects; "
             f"use one of {', '.join(SUPPORTED_DTYPES)}", DDS_EINVAL)
@@ -108,11 +110,24 @@ def _bfloat16_view(dt):
     return dt.kind in "iu" and dt.itemsize == 2 and dt.isnative
 
 
+def _byte_view(dt):
+    """Whether numpy dtype `dt` reads records as their bytes: 1-byte integers or plain void."""
+    return (dt.kind in "iu" and dt.itemsize == 1) or (dt.kind == "V" and dt.fields is None)
+
+
 def _check_rows_match(v, arr, what):
     """Check dtype and row size of `arr` against variable `v`."""
-    if v.dtype is not None or v.tag != 0:
+    if v.record is not None:
+        # Records: the same record dtype, or their bytes.
+        if arr.dtype != v.record and not _byte_view(arr.dtype):
+            raise DDStoreDTypeError(
+                f"variable {v.name!r} holds records of dtype {v.record}; {what} has dtype {arr.dtype}: "
+                "use an array of the record dtype (np.empty(n, dtype)) or of bytes (uint8)", DDS_EINVAL)
+    elif v.dtype is not None or v.tag != 0:
         if v.tag == _TAG_BFLOAT16 and _bfloat16_view(arr.dtype):
             pass
+        elif arr.dtype.kind == "V" and v.dtype is not None and _byte_view(v.dtype):
+            pass  # records kept as bytes by the user, read into their record dtype
         elif dtype_tag(arr.dtype) != v.tag:
             expect = v.dtype.name if v.dtype is not None else f"dtype tag {v.tag}"
             cls = DDStoreDTypeError if dtype_tag(arr.dtype) is None else DDStoreTypeError

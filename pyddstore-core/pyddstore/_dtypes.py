@@ -48,3 +48,70 @@ def dtype_of_tag(tag):
             return None
         return np.dtype(ml_dtypes.bfloat16)
     return _DTYPE_OF_TAG.get(tag)
+
+
+# ---- numpy records (structured dtypes) -----------------------------------------
+# A record variable holds its rows as raw bytes (tag 0, DDS_DTYPE_BYTES), as the
+# original DDStore's users store records; the record dtype travels beside them
+# (in this process, and as JSON for readers), so a read rebuilds the records
+# bit for bit: fields, nested records, sub-arrays, alignment and padding.
+
+def is_record(dtype):
+    """Whether numpy `dtype` is a record (structured) or plain void dtype: stored as bytes."""
+    return np.dtype(dtype).kind == "V"
+
+
+def record_problem(dtype):
+    """Why records of `dtype` cannot be stored as bytes (text), or None when they can."""
+    dt = np.dtype(dtype)
+    if dt.hasobject:
+        return (f"record dtype {dt} holds Python objects (a field of dtype object); their bytes are "
+                "references, not data: give such fields a fixed-size dtype (e.g. 'S16', 'U8') or "
+                "leave them out")
+    if dt.itemsize == 0:
+        return f"record dtype {dt} has no bytes"
+    return None
+
+
+def record_to_obj(dtype):
+    """A JSON-able description of record dtype `dtype` from which record_from_obj()
+    rebuilds an equal dtype: every field's name, dtype (nested records and
+    sub-arrays included), offset and title, the itemsize (padding), whether it
+    is an aligned struct, and np.record or np.void as its scalar type."""
+    dt = np.dtype(dtype)
+    if dt.fields is None:
+        if dt.subdtype is not None:
+            base, shape = dt.subdtype
+            return {"base": record_to_obj(base), "shape": [int(d) for d in shape]}
+        return dt.str
+    fields = []
+    for name in dt.names:
+        f = dt.fields[name]
+        fields.append([name, record_to_obj(f[0]), int(f[1]), f[2] if len(f) > 2 else None])
+    return {"fields": fields, "itemsize": int(dt.itemsize), "aligned": bool(dt.isalignedstruct),
+            "record": dt.type is np.record}
+
+
+def record_from_obj(obj):
+    """The numpy dtype that record_to_obj() described (ValueError for a malformed description)."""
+    try:
+        if isinstance(obj, str):
+            return np.dtype(obj)
+        if "base" in obj:
+            return np.dtype((record_from_obj(obj["base"]), tuple(int(d) for d in obj["shape"])))
+        fields = obj["fields"]
+        spec = {"names": [f[0] for f in fields], "formats": [record_from_obj(f[1]) for f in fields],
+                "offsets": [int(f[2]) for f in fields], "itemsize": int(obj["itemsize"])}
+        if any(f[3] is not None for f in fields):
+            spec["titles"] = [f[3] for f in fields]
+        dt = np.dtype(spec, align=bool(obj["aligned"]))
+        return np.dtype((np.record, dt)) if obj.get("record") else dt
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise ValueError(f"not a record dtype description: {obj!r} ({e})") from None
+
+
+def record_text(dtype):
+    """record_to_obj(dtype) as canonical JSON text (for comparing ranks' dtypes)."""
+    import json
+
+    return json.dumps(record_to_obj(dtype), sort_keys=True)

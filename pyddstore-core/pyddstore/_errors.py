@@ -85,7 +85,8 @@ class DDStoreTypeError(DDStoreError, TypeError):
 
 
 class DDStoreDTypeError(DDStoreTypeError, NotImplementedError):
-    """A dtype the store cannot hold (complex, strings, objects, structured).
+    """A dtype the store cannot hold (complex, strings, objects, records with
+    object fields), or an output whose dtype does not match the variable's.
 
     Also a NotImplementedError: the original DDStore raised that for a dtype
     it did not support.

@@ -27,7 +27,8 @@ from ._args import (
     _row_bytes,
     _to_array,
 )
-from ._dtypes import _TAG_BFLOAT16, SUPPORTED_DTYPES, dtype_of_tag, dtype_tag
+from ._dtypes import _TAG_BFLOAT16, SUPPORTED_DTYPES, dtype_of_tag, dtype_tag, is_record, record_problem, \
+    record_text
 from ._errors import (
     DDS_EEXIST,
     DDS_EINVAL,
@@ -59,7 +60,8 @@ _byref = ctypes.byref
 class VarInfo(NamedTuple):
     """Description of a variable, from :meth:`PyDDStore.query`.
 
-    ``dtype`` is None for a raw-bytes variable (from ``init``); ``row_shape``
+    ``dtype`` is None for a raw-bytes variable (from ``init``), the record
+    dtype for numpy records given to ``add`` on this process; ``row_shape``
     is the trailing shape given to ``add`` on this process, None when not
     known here (``init`` variables, reader stores); ``offsets[k]`` is the
     first global row of group rank k's shard and ``offsets[-1]`` the total.
@@ -80,13 +82,27 @@ class _Var:
 
     __slots__ = ("name", "bname", "tag", "dtype", "row_bytes", "global_rows", "local_rows",
                  "first_row", "offsets", "row_shape", "disp", "itemsize", "layouts",
-                 "get_dtype", "get_tail")
+                 "get_dtype", "get_tail", "record")
 
     def describe(self):
         """What rows of this variable look like, for error messages."""
-        kind = self.dtype.name if self.dtype is not None else "raw"
+        kind = (f"records of dtype {self.record}" if self.record is not None else
+                self.dtype.name if self.dtype is not None else "raw")
         shape = f", row shape {self.row_shape}" if self.row_shape is not None else ""
         return f"{kind} rows of {self.row_bytes} bytes{shape}"
+
+
+def _remember_layout(v, out):
+    """Let get()/get_batch() take their fast paths for outputs laid out like `out` (checked).
+    Not for records whose fields export no buffer (datetime64, ...): the fast paths reach
+    the data through the buffer protocol; the checked path reads into them."""
+    if out.dtype.kind == "V":
+        try:
+            memoryview(out[:0])
+        except (ValueError, TypeError):
+            return
+    v.layouts.add((out.dtype, out.shape[1:]))
+    v.get_dtype, v.get_tail = out.dtype, out.shape[1:]
 
 
 # ---- the store ----------------------------------------------------------------
@@ -340,7 +356,7 @@ class PyDDStore:
         except (KeyError, TypeError):
             return self._load_var(name, None)
 
-    def _load_var(self, name, row_shape, disp_itemsize=None):
+    def _load_var(self, name, row_shape, disp_itemsize=None, record=None):
         bname = _encode_name(name)
         if self._h is None:
             raise DDStoreStateError("the store was not created", DDS_ESTATE)
@@ -365,6 +381,10 @@ class PyDDStore:
         v.bname = bname
         v.tag = ci.dtype
         v.dtype = dtype_of_tag(ci.dtype)
+        # A record variable: raw bytes in libddstore, records of this dtype here.
+        v.record = record
+        if record is not None:
+            v.dtype = record
         v.row_bytes = ci.row_bytes
         v.global_rows = ci.global_rows
         v.local_rows = ci.local_rows
@@ -394,7 +414,13 @@ class PyDDStore:
         `arr`: numpy array (or anything with the buffer/array interface) whose
         first axis counts rows; 1-D means one value per row. Ranks may hold
         zero rows; trailing shape and dtype must agree across ranks. The store
-        keeps its own copy. Raises on every rank when any rank's arguments
+        keeps its own copy. numpy records (a structured array, a record array:
+        any void dtype, nested and aligned ones included, without object
+        fields) are stored as their bytes, as the original DDStore's users
+        store them; reads give them back bit for bit into an array of the same
+        record dtype (or as bytes into a 1-byte integer array), and
+        ``query(name).dtype`` is the record dtype on the ranks that added it
+        (a method-2 reader sees raw rows: read them into that dtype). Raises on every rank when any rank's arguments
         are bad (duplicate or invalid name, unsupported dtype, mismatch).
 
         dtype: keyword-only; ``"bfloat16"`` tags the variable as bfloat16
@@ -414,11 +440,19 @@ class PyDDStore:
             if dtype == "bfloat16" and not (_bfloat16_view(a.dtype) or dtype_tag(a.dtype) == _TAG_BFLOAT16):
                 raise DDStoreDTypeError(f"variable {name!r}: dtype='bfloat16' needs an int16/uint16 view "
                                         f"of the values, got {a.dtype}", DDS_EINVAL)
-            tag = _TAG_BFLOAT16 if dtype == "bfloat16" else dtype_tag(a.dtype)
+            record = None
+            if dtype is None and is_record(a.dtype):
+                problem = record_problem(a.dtype)
+                if problem is not None:
+                    raise DDStoreDTypeError(f"variable {name!r}: {problem}", DDS_EINVAL)
+                record, tag = a.dtype, 0
+            else:
+                tag = _TAG_BFLOAT16 if dtype == "bfloat16" else dtype_tag(a.dtype)
             if tag is None:
                 raise DDStoreDTypeError(
                     f"variable {name!r}: dtype {a.dtype} is not supported; use one of "
-                    f"{', '.join(SUPPORTED_DTYPES)} (native byte order)", DDS_EINVAL)
+                    f"{', '.join(SUPPORTED_DTYPES)} (native byte order), or numpy records "
+                    "(a structured dtype)", DDS_EINVAL)
             rb = _row_bytes(a)
             if rb < 1:
                 raise DDStoreValueError(f"variable {name!r}: rows of shape {a.shape[1:]} hold no bytes",
@@ -426,7 +460,7 @@ class PyDDStore:
             if a.shape[0] > _INT64_MAX // rb:
                 raise DDStoreValueError(f"variable {name!r}: {a.shape[0]} rows of {rb} bytes overflow",
                                         DDS_EOVERFLOW)
-            agreed = (name, tuple(a.shape[1:]), a.dtype.str)
+            agreed = (name, tuple(a.shape[1:]), record_text(record) if record is not None else a.dtype.str)
         except DDStoreError as e:
             err = e
         # dds_add agrees again (name, row bytes, dtype tag), but this agreement is not
@@ -440,7 +474,7 @@ class PyDDStore:
             rc = _c.dds_add(ptr, bname, a.ctypes.data if nrows else None, nrows, rb, tag)
         if rc:
             self._raise(rc)
-        self._load_var(name, tuple(a.shape[1:]))
+        self._load_var(name, tuple(a.shape[1:]), record=record)
         # Per-shard checksums for verify(), from the caller's rows (no read
         # back); collective like add itself.
         _verify.record(self, name, local=a)
@@ -540,8 +574,7 @@ class PyDDStore:
         else:
             out = _to_array(arr, "output", name, output=True)
         _check_rows_match(v, out, "output")
-        v.layouts.add((out.dtype, out.shape[1:]))
-        v.get_dtype, v.get_tail = out.dtype, out.shape[1:]
+        _remember_layout(v, out)
         n = out.shape[0]
         s = start if type(start) is int else _index(start, "start")
         if s < 0 or s > v.global_rows - n:
@@ -617,8 +650,7 @@ class PyDDStore:
             v = self._var(name)
             o = _to_array(out, "output", name, output=True)
             _check_rows_match(v, o, "output")
-            v.layouts.add((o.dtype, o.shape[1:]))
-            v.get_dtype, v.get_tail = o.dtype, o.shape[1:]
+            _remember_layout(v, o)
             r = _int64_array(rows, "rows", name)
             n = r.size
             if o.shape[0] < n:

@@ -150,7 +150,7 @@ def _output(store, name, nrows_max):
     rows flattened), of at most `nrows_max` rows and READ_BYTES bytes."""
     info = store.query(name)
     per = max(1, min(nrows_max, READ_BYTES // info.row_bytes))
-    if info.dtype is None:
+    if info.dtype is None or info.dtype.kind == "V":   # raw bytes, or records: their bytes
         return np.empty((per, info.row_bytes), dtype=np.uint8)
     return np.empty((per, info.row_bytes // info.dtype.itemsize), dtype=info.dtype)
 

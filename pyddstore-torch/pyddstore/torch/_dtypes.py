@@ -9,6 +9,7 @@ tensor field is viewed back as ``torch.bfloat16`` when it is handed out.
 
 import numpy as np
 import torch
+from pyddstore._dtypes import record_from_obj, record_problem, record_text, record_to_obj  # noqa: F401
 
 BFLOAT16 = "bfloat16"
 
@@ -81,8 +82,24 @@ def as_tensor(arr, name):
     return t.view(torch.bfloat16) if name == BFLOAT16 else t
 
 
+def is_record(dtype):
+    """Whether numpy `dtype` is a record (structured or void) dtype: stored as its bytes."""
+    return isinstance(dtype, np.dtype) and dtype.kind == "V"
+
+
+def copy_records(dest, src):
+    """``dest[...] = src`` for records, bit for bit: numpy's own copies of records
+    (assignment, fancy indexing, copy()) skip their padding bytes. dest: a C-contiguous
+    array; src: records of the same dtype and size (an array or a np.void)."""
+    s = np.ascontiguousarray(np.asarray(src))
+    dest.reshape(-1).view(np.uint8)[...] = s.reshape(-1).view(np.uint8)
+
+
 def convert(value, name, where):
     """`value` (tensor, ndarray or numpy scalar) converted to type `name`, kind kept."""
+    if isinstance(value, (np.ndarray, np.generic)) and is_record(value.dtype):
+        raise TypeError(f"{where}: dtypes= converts numbers, not numpy records; records are stored "
+                        "as they are (convert their fields with encode=)")
     if isinstance(value, torch.Tensor):
         return value.to(torch_dtype(name))
     if name == BFLOAT16:

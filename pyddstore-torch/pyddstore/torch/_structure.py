@@ -6,6 +6,11 @@ position, or 0 for a single value. A :class:`Structure` remembers the container
 and, per field, the kind of value (so tensors come back as tensors, arrays as
 arrays, numbers as numbers), its dtype and its shape. It is serialised as JSON
 so that a method-2 reader in another job can rebuild the same samples.
+
+numpy records (a np.void/np.record scalar, a structured array or a record
+array) are fields too: stored as their bytes, given back bit for bit with
+their record dtype (nested, aligned and padded layouts included); the record
+dtype travels in the JSON (pyddstore._dtypes.record_to_obj).
 """
 
 import collections
@@ -25,8 +30,10 @@ _INT64_MIN, _INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 _SUPPORTED_TEXT = _dtypes.TEXT
 
 # Field kinds. "number" is a Python bool/int/float (stored as bool/int64/float64
-# and given back as the same Python type); "npscalar" a numpy scalar.
-TENSOR, NDARRAY, NUMBER, NPSCALAR = "tensor", "ndarray", "number", "npscalar"
+# and given back as the same Python type); "npscalar" a numpy scalar (np.void for a
+# record); "recarray" a numpy record array (np.recarray), given back as one.
+TENSOR, NDARRAY, NUMBER, NPSCALAR, RECARRAY = "tensor", "ndarray", "number", "npscalar", "recarray"
+RECORD = "record"  # the dtype name of record fields (their dtype is in FieldSpec.record)
 # Containers.
 SINGLE, TUPLE, LIST, DICT = "single", "tuple", "list", "dict"
 
@@ -36,21 +43,33 @@ STRUCTURE_SUFFIX = "__structure__"
 class FieldSpec:
     """Kind, dtype and shape of one field (the same in every sample)."""
 
-    __slots__ = ("key", "kind", "dtype", "dtype_name", "shape")
+    __slots__ = ("key", "kind", "dtype", "dtype_name", "shape", "record")
 
     def __init__(self, key, kind, dtype, shape):
         self.key = key
         self.kind = kind
         # dtype: the numpy dtype rows are held in (int16 bit patterns for
-        # bfloat16); dtype_name: what the values are.
-        self.dtype_name = _dtypes.BFLOAT16 if dtype == _dtypes.BFLOAT16 else np.dtype(dtype).name
-        self.dtype = _dtypes.storage(self.dtype_name)
+        # bfloat16); dtype_name: what the values are ("record" for numpy records,
+        # whose dtype is `record`).
+        if _dtypes.is_record(dtype):
+            self.record = self.dtype = dtype
+            self.dtype_name = RECORD
+        else:
+            self.record = None
+            self.dtype_name = _dtypes.BFLOAT16 if dtype == _dtypes.BFLOAT16 else np.dtype(dtype).name
+            self.dtype = _dtypes.storage(self.dtype_name)
         self.shape = tuple(int(d) for d in shape)
 
     @property
     def user_dtype(self):
-        """The dtype as ``ds.dtypes`` reports it: a numpy dtype, or the name 'bfloat16'."""
+        """The dtype as ``ds.dtypes`` reports it: a numpy dtype (the record dtype for
+        records), or the name 'bfloat16'."""
         return _dtypes.BFLOAT16 if self.dtype_name == _dtypes.BFLOAT16 else self.dtype
+
+    def type_key(self):
+        """What must be equal between samples besides kind and shape: the dtype, exactly
+        (a record's whole layout: fields, offsets, padding, alignment, scalar type)."""
+        return (self.dtype_name, None if self.record is None else _dtypes.record_text(self.record))
 
     @property
     def row_bytes(self):
@@ -59,11 +78,12 @@ class FieldSpec:
 
     def describe(self):
         """Human-readable kind, dtype and shape, for error messages."""
-        return f"{self.kind} dtype={self.dtype_name} shape={self.shape}"
+        dtype = self.dtype_name if self.record is None else f"{self.record}"
+        return f"{self.kind} dtype={dtype} shape={self.shape}"
 
     def __eq__(self, other):
         return (isinstance(other, FieldSpec) and self.key == other.key and self.kind == other.kind
-                and self.dtype_name == other.dtype_name and self.shape == other.shape)
+                and self.type_key() == other.type_key() and self.shape == other.shape)
 
     def __repr__(self):
         return f"FieldSpec({self.key!r}, {self.describe()})"
@@ -89,6 +109,11 @@ class Structure:
         """Field keys in sample order."""
         return [f.key for f in self.fields]
 
+    @property
+    def has_records(self):
+        """Whether a field holds numpy records (which torch tensors cannot hold)."""
+        return any(f.record is not None for f in self.fields)
+
     def __eq__(self, other):
         return (isinstance(other, Structure) and self.container == other.container
                 and self.fields == other.fields
@@ -106,22 +131,28 @@ class Structure:
         if self.tuple_type is not None:
             nt = [self.tuple_type.__name__, list(self.tuple_type._fields)]
         return json.dumps({
-            "version": 1,
+            # 2 when a field holds records (a reader that predates them refuses the dataset).
+            "version": 2 if self.has_records else 1,
             "container": self.container,
             "namedtuple": nt,
             "fields": [[["int", f.key] if isinstance(f.key, int) else ["str", f.key],
-                        f.kind, f.dtype_name, list(f.shape)] for f in self.fields],
+                        f.kind, f.dtype_name, list(f.shape)]
+                       + ([] if f.record is None else [_dtypes.record_to_obj(f.record)])
+                       for f in self.fields],
         }, sort_keys=True)
 
     @classmethod
     def from_json(cls, text):
         """Inverse of to_json(); a namedtuple type is recreated by name."""
         d = json.loads(text)
-        if d.get("version") != 1:
+        if d.get("version") not in (1, 2):
             raise ValueError(f"unknown sample structure version {d.get('version')!r}; "
                              "upgrade pyddstore-torch to the core group's version")
-        fields = [FieldSpec(int(k[1]) if k[0] == "int" else k[1], kind, dtype, shape)
-                  for k, kind, dtype, shape in d["fields"]]
+        fields = []
+        for k, kind, dtype, shape, *record in d["fields"]:
+            if dtype == RECORD:
+                dtype = _dtypes.record_from_obj(record[0])
+            fields.append(FieldSpec(int(k[1]) if k[0] == "int" else k[1], kind, dtype, shape))
         nt = None
         if d.get("namedtuple"):
             nt = collections.namedtuple(d["namedtuple"][0], d["namedtuple"][1])
@@ -167,8 +198,34 @@ def _dtype_error(index, key, dtype):
         f"{cast}; any source: encode=.")
 
 
+def _refuse_graph(value, where):
+    """TypeError naming pyddstore.torch.geometric.DistDataset when `value` is a
+    torch_geometric graph (Data, HeteroData, Batch); told by its class's bases,
+    so that torch_geometric is never imported here."""
+    if any(c.__name__ == "BaseData" and c.__module__.startswith("torch_geometric.")
+           for c in type(value).__mro__):
+        raise TypeError(
+            f"{where}: a torch_geometric {type(value).__name__} is a graph; store graphs with "
+            "pyddstore.torch.geometric.DistDataset (the same arguments; its DataLoader batches them "
+            "as torch_geometric does). This DistDataset stores fixed-shape tensors, arrays and "
+            "numbers; to keep a graph here, turn it into such fields with encode=.")
+
+
+def _record_spec(value, kind, shape, index, key):
+    """FieldSpec of a field holding numpy records (TypeError for object fields)."""
+    problem = _dtypes.record_problem(value.dtype)
+    if problem is not None:
+        raise TypeError(f"{_where(index, key)}: {problem}; or convert the field with encode=")
+    return FieldSpec(key, kind, value.dtype, shape)
+
+
 def leaf_spec(value, index, key):
     """FieldSpec of one field value; raises TypeError for unsupported values."""
+    if isinstance(value, (np.ndarray, np.generic)) and _dtypes.is_record(value.dtype):
+        if isinstance(value, np.generic):
+            return _record_spec(value, NPSCALAR, (), index, key)
+        return _record_spec(value, RECARRAY if isinstance(value, np.recarray) else NDARRAY,
+                            value.shape, index, key)
     if isinstance(value, torch.Tensor):
         dt = _dtypes.of_torch(value.dtype)
         if dt is None:
@@ -190,6 +247,7 @@ def leaf_spec(value, index, key):
         return FieldSpec(key, NUMBER, np.int64, ())
     if isinstance(value, numbers.Real):
         return FieldSpec(key, NUMBER, np.float64, ())
+    _refuse_graph(value, _where(index, key))
     raise TypeError(
         f"{_where(index, key)}: a value of type {type(value).__name__} cannot be stored; a field must be "
         "a torch.Tensor, a numpy.ndarray or a number (bool, int, float) of fixed shape and one of the "
@@ -222,6 +280,7 @@ def container_of(sample, index):
         return TUPLE, list(enumerate(sample)), tt
     if isinstance(sample, list):
         return LIST, list(enumerate(sample)), None
+    _refuse_graph(sample, f"sample {index}")
     raise TypeError(
         f"sample {index}: a sample of type {type(sample).__name__} cannot be stored; a sample must be a "
         "tensor, array or number, a tuple or list of them, or a dict of them. Convert it with encode=.")
@@ -260,7 +319,7 @@ def items_of(sample, structure, index):
     out = []
     for (key, value), spec in zip(items, structure.fields):
         got = leaf_spec(value, index, key)
-        if got.kind != spec.kind or got.dtype != spec.dtype or got.shape != spec.shape:
+        if got.kind != spec.kind or got.type_key() != spec.type_key() or got.shape != spec.shape:
             raise ValueError(
                 f"{_where(index, key)}: {got.describe()} differs from {spec.describe()} of the "
                 "dataset's first sample; fields must have the same shape and dtype in every sample")
@@ -304,6 +363,8 @@ def field_value(spec, column, j):
         return column[j]
     if spec.kind == NDARRAY:
         return column[j, ...]
+    if spec.kind == RECARRAY:
+        return column[j, ...].view(np.recarray)
     if spec.kind == NPSCALAR:
         return column[j]
     return column[j].item()

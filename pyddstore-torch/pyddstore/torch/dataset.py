@@ -333,7 +333,9 @@ class _StoreDataset(StoreDataset):
             self._ragged.fill(samples, rows, device=self._device)
         if self._decode is not None:
             samples = [self._decode(s, int(i)) for s, i in zip(samples, rows)]
-        if self._decode is not None or self._ragged is not None:
+        if self._decode is not None or self._ragged is not None or self._structure.has_records:
+            # No columns to hand over (torch tensors hold no numpy records): the
+            # loader's collate_fn gets the samples, as DataLoader's does.
             return loader_protocol.SampleBatch(samples, self._structure, None)
         cols = [v if isinstance(v, torch.Tensor) else torch.from_numpy(v) for v in
                 (vals[f.key] for f in specs)]
@@ -347,7 +349,7 @@ class _StoreDataset(StoreDataset):
         samples). None when samples need per-sample work (decode, ragged fields) or a
         subclass overrides __getitems__; decided before reading, so the caller's fallback to
         __getitems__ never reads twice."""
-        if (self._decode is not None or self._ragged is not None
+        if (self._decode is not None or self._ragged is not None or self._structure.has_records
                 or type(self).__getitems__ is not _StoreDataset.__getitems__):
             return None
         self._check_open()
@@ -719,6 +721,8 @@ class DistDataset(_StoreDataset):
                         f"shape={arr.shape}, expected dtype={f.dtype.name} shape={(m,) + f.shape}")
                 if bufs is None and arr.dtype == f.dtype and arr.flags.c_contiguous:
                     out[k] = arr  # store.add() copies it: no intermediate copy of the share
+                elif f.record is not None:
+                    _dtypes.copy_records(out[k], arr)
                 else:
                     out[k][...] = arr
             if bar is not None:
@@ -737,6 +741,8 @@ class DistDataset(_StoreDataset):
                 dest = out[spec.key]
                 if spec.kind == st.TENSOR:
                     dest[j] = _dtypes.tensor_to_numpy(value)
+                elif spec.record is not None:
+                    _dtypes.copy_records(dest[j:j + 1], value)
                 else:
                     dest[j] = value
             if bar is not None and j + 1 - done >= step:

@@ -38,7 +38,7 @@ Stored layout of dataset ``name``: ``name/<attr>`` (or ``name/<attr>@<p>``
 for the p-th slab of an attribute whose concatenation axis is not the first,
 such as ``edge_index``: each slab is contiguous, so a batch is read straight
 into its final layout), ``name/__graph_meta__`` (per graph: nodes, edges,
-first row and length of each size group, increments) and
+first row and length of each size group, increments, Index/EdgeIndex metadata) and
 ``name/__graph__`` (JSON description, for readers).
 """
 
@@ -70,7 +70,9 @@ __all__ = ["DistDataset", "DistDatasetReader", "DataLoader", "BudgetBatchSampler
 
 META_SUFFIX = "__graph_meta__"
 GRAPH_SUFFIX = "__graph__"
-_VERSION = 1
+# Version of the stored description: 2 when an attribute keeps an Index/EdgeIndex class
+# (readers that predate it refuse it rather than hand out plain tensors), else 1.
+_VERSION, _VERSIONS = 2, (1, 2)
 # Kinds of stored attributes.
 _TENSOR, _INT, _FLOAT, _BOOL, _NUM_NODES = "tensor", "int", "float", "bool", "num_nodes"
 _NUMBER_DTYPES = {_INT: "int64", _FLOAT: "float64", _BOOL: "bool"}
@@ -83,16 +85,147 @@ def _class_path(cls):
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _class_ref(cls):
+    """How a rank that holds no graph finds the graphs' class: [module, qualname], or
+    ["batch", ref of the Data class] for a Batch class made by torch_geometric's dynamic
+    inheritance (DataBatch: Batch samples), which cannot be imported by name."""
+    bases = cls.__bases__
+    if issubclass(cls, Batch) and len(bases) == 2 and bases[0] is Batch:
+        return ["batch", _class_ref(bases[1])]
+    return [cls.__module__, cls.__qualname__]
+
+
+def _import_class(ref):
+    """The class of a _class_ref(); TypeError naming it when it cannot be imported."""
+    import importlib
+
+    if ref[0] == "batch":
+        return type(Batch(_base_cls=_import_class(ref[1])))
+    module, qualname = ref
+    obj = None
+    if "<locals>" not in qualname:
+        try:
+            obj = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            obj = None
+    if not (isinstance(obj, type) and issubclass(obj, Data)):
+        raise TypeError(f"this rank holds no graph (fewer graphs than ranks) and cannot import the graphs' "
+                        f"class {module}.{qualname}: define it at the top level of a module, or load "
+                        "at least as many graphs as ranks")
+    return obj
+
+
+# ------------------------------------------------------------------ tensor subclasses
+# torch_geometric's Index (torch_geometric >= 2.6) and EdgeIndex keep their class and their
+# per-graph metadata, stored in meta columns: Index (dim_size, is_sorted), EdgeIndex (rows,
+# columns, sort order, is_undirected); -1 stands for a size of None.
+_SUB_INDEX, _SUB_EDGE_INDEX = "Index", "EdgeIndex"
+_SUB_CLASSES = {n: getattr(torch_geometric, n, None) for n in (_SUB_INDEX, _SUB_EDGE_INDEX)}
+_SUB_WIDTH = {_SUB_INDEX: 2, _SUB_EDGE_INDEX: 4}
+_SORT_ORDERS = (None, "row", "col")     # EdgeIndex.sort_order by its meta code
+
+
+def _subclass_of(value, where):
+    """None for a plain tensor, "Index" or "EdgeIndex" for those classes of torch_geometric;
+    TypeError for any other torch.Tensor subclass, which would come back as a plain tensor."""
+    t = type(value)
+    if t is torch.Tensor:
+        return None
+    for name, cls in _SUB_CLASSES.items():
+        if cls is not None and t is cls:
+            return name
+    raise TypeError(f"{where}: a {t.__module__}.{t.__qualname__} is a torch.Tensor subclass, which would "
+                    "come back as a plain tensor; only torch_geometric's Index and EdgeIndex keep their "
+                    "class in the store. Make it a plain tensor with encode= or leave it out with "
+                    "exclude_keys=")
+
+
+def _sub_meta(sub, value, where):
+    """The meta columns of one graph's Index/EdgeIndex `value`."""
+    if sub == _SUB_INDEX:
+        sizes, flags = [value.dim_size], [bool(value.is_sorted)]
+    else:
+        sizes = list(value.sparse_size())
+        flags = [_SORT_ORDERS.index(value.sort_order), bool(value.is_undirected)]
+    for s in sizes:
+        if s is not None and int(s) < 0:
+            raise ValueError(f"{where}: the {sub}'s size {s} is negative")
+    return [-1 if s is None else int(s) for s in sizes] + [int(f) for f in flags]
+
+
+def _size(code):
+    return None if code < 0 else int(code)
+
+
+def _sub_tensor(sub, t, cols):
+    """Plain tensor `t` of one graph as its Index/EdgeIndex with meta columns `cols`."""
+    t = t.contiguous()
+    if sub == _SUB_INDEX:
+        return _SUB_CLASSES[sub](t, dim_size=_size(cols[0]), is_sorted=bool(cols[1]))
+    return _SUB_CLASSES[sub](t, sparse_size=(_size(cols[0]), _size(cols[1])),
+                             sort_order=_SORT_ORDERS[cols[2]], is_undirected=bool(cols[3]))
+
+
+def _sub_batch(attr, value, cols, cum, nnz):
+    """Batch attribute `value` (plain, incremented) as torch.cat of the graphs' incremented
+    Index/EdgeIndex values makes it in Batch.from_data_list: class, merged metadata and the
+    per-graph _cat_metadata (torch_geometric/data/collate.py, index.py, edge_index.py).
+
+    cols: the graphs' meta columns of the attribute (graphs, _SUB_WIDTH); cum: each graph's
+    increment as added (zeros when the batch is not incremented); nnz: each graph's size along
+    the concatenation axis.
+    """
+    import torch_geometric.edge_index as pyg_edge_index
+    import torch_geometric.index as pyg_index
+
+    value = value.contiguous()
+    nnz = [int(x) for x in nnz]
+    flags = cols
+    cum = [int(c) for c in cum]
+    if attr.sub == _SUB_INDEX:
+        if attr.cat is None:
+            return value                         # stacked (unsqueezed): a plain tensor
+        dims = [None if d < 0 else d + c for d, c in zip(flags[:, 0].tolist(), cum)]
+        sorted_ = [bool(f) for f in flags[:, 1].tolist()]
+        out = _SUB_CLASSES[_SUB_INDEX](value)
+        out._dim_size = None if None in dims else max(dims)
+        out._cat_metadata = pyg_index.CatMetadata(nnz=nnz, dim_size=dims, is_sorted=sorted_)
+        if sorted_[0] and bool((value.diff() >= 0).all()):
+            out._is_sorted = True
+        return out
+    if attr.cat != 1:
+        return value                             # not concatenated along the edges: plain
+    sizes = [tuple(None if s < 0 else s + c for s in row) for row, c in zip(flags[:, :2].tolist(), cum)]
+    orders = [None if o == 0 else pyg_edge_index.SortOrder(_SORT_ORDERS[o]) for o in flags[:, 2].tolist()]
+    undirected = [bool(u) for u in flags[:, 3].tolist()]
+    out = _SUB_CLASSES[_SUB_EDGE_INDEX](value)
+    rows, cols_ = [r for r, _ in sizes], [c for _, c in sizes]
+    out._sparse_size = (None if None in rows else max(rows), None if None in cols_ else max(cols_))
+    out._is_undirected = all(undirected)
+    out._cat_metadata = pyg_edge_index.CatMetadata(nnz=nnz, sparse_size=sizes, sort_order=orders,
+                                                   is_undirected=undirected)
+    if orders[0] == pyg_edge_index.SortOrder.ROW and bool((value[0].diff() >= 0).all()):
+        out._sort_order = pyg_edge_index.SortOrder.ROW
+    elif orders[0] == pyg_edge_index.SortOrder.COL and bool((value[1].diff() >= 0).all()):
+        out._sort_order = pyg_edge_index.SortOrder.COL
+    return out
+
+
 # ------------------------------------------------------------------ attributes
 
 class _Attr:
     """How one attribute is stored: kind, dtype name, shape, concatenation axis, layout."""
 
     __slots__ = ("key", "kind", "dtype", "shape", "cat", "var", "group", "inc", "parts", "inner",
-                 "infer")
+                 "infer", "sub", "sub_col")
 
-    def __init__(self, key, kind, dtype, shape, cat, var=False, group=None, inc=None):
+    def __init__(self, key, kind, dtype, shape, cat, var=False, group=None, inc=None, sub=None,
+                 sub_col=None):
         self.key, self.kind, self.dtype = key, kind, dtype
+        self.sub = sub                # tensor class kept: None (torch.Tensor), "Index" or "EdgeIndex"
+        self.sub_col = sub_col        # first meta column of its per-graph metadata (_SUB_WIDTH columns)
         self.shape = tuple(int(d) for d in shape)    # with the size along `cat` of the first graph seen
         self.cat = cat                # axis (>= 0) or None: stacked (0-d tensors, cat_dim None)
         self.var = var                # size along `cat` differs between graphs
@@ -104,25 +237,31 @@ class _Attr:
             int(np.prod(self.shape, dtype=np.int64))
 
     def to_obj(self):
-        return {"key": self.key, "kind": self.kind, "dtype": self.dtype, "shape": list(self.shape),
-                "cat": self.cat, "var": self.var, "group": self.group, "inc": self.inc}
+        o = {"key": self.key, "kind": self.kind, "dtype": self.dtype, "shape": list(self.shape),
+             "cat": self.cat, "var": self.var, "group": self.group, "inc": self.inc}
+        if self.sub is not None:
+            o.update(sub=self.sub, sub_col=self.sub_col)
+        return o
 
     @classmethod
     def from_obj(cls, o):
-        return cls(o["key"], o["kind"], o["dtype"], o["shape"], o["cat"], o["var"], o["group"], o["inc"])
+        return cls(o["key"], o["kind"], o["dtype"], o["shape"], o["cat"], o["var"], o["group"], o["inc"],
+                   o.get("sub"), o.get("sub_col"))
 
     def signature(self):
         """What must agree between graphs: everything but the size along the axis."""
         shape = list(self.shape)
         if self.cat is not None and shape:
             shape[self.cat] = None
-        return (self.key, self.kind, self.dtype, tuple(shape), self.cat)
+        return (self.key, self.kind, self.dtype, tuple(shape), self.cat, self.sub)
 
     def describe(self):
         shape = list(self.shape)
         if self.cat is not None and shape and self.var:
             shape[self.cat] = "*"
-        return f"{self.kind} dtype={self.dtype} shape=({', '.join(map(str, shape))}) cat_dim={self.cat}"
+        cls = f" class={self.sub}" if self.sub is not None else ""
+        return (f"{self.kind}{cls} dtype={self.dtype} shape=({', '.join(map(str, shape))}) "
+                f"cat_dim={self.cat}")
 
     def size(self):
         """Size along the concatenation axis (1 for stacked attributes)."""
@@ -140,19 +279,22 @@ class _Attr:
 
 
 def _attr_of(data, key, value, index, conversions):
-    """(_Attr, host numpy value, inc) of one attribute of one graph."""
+    """(_Attr, host numpy value, inc, meta columns of an Index/EdgeIndex or None) of one
+    attribute of one graph."""
     where = f"graph {index}, attribute {key!r}"
     if key == "num_nodes":
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{where}: num_nodes must be an int, got {type(value).__name__}")
-        return _Attr(key, _NUM_NODES, "int64", (), None), None, 0
+        return _Attr(key, _NUM_NODES, "int64", (), None), None, 0, None
     if conversions is not None and key in conversions:
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{where}: dtypes= converts tensor attributes, not a {type(value).__name__}")
         value = value.to(_dtypes.torch_dtype(conversions[key]))
+    sub = sub_meta = None
     if isinstance(value, torch.Tensor):
+        sub = _subclass_of(value, where)
         if value.is_sparse or value.layout != torch.strided or getattr(value, "is_nested", False):
             raise TypeError(f"{where}: sparse and nested tensors are not stored; make it dense or "
                             "leave it out with exclude_keys=")
@@ -169,8 +311,10 @@ def _attr_of(data, key, value, index, conversions):
             if not -value.dim() <= cat < value.dim():
                 raise ValueError(f"{where}: __cat_dim__ {cat} is out of range for shape {tuple(value.shape)}")
             cat = int(cat) % value.dim()
-        attr = _Attr(key, _TENSOR, name, tuple(value.shape), cat)
-        arr = _dtypes.tensor_to_numpy(value)
+        attr = _Attr(key, _TENSOR, name, tuple(value.shape), cat, sub=sub)
+        if sub is not None:
+            sub_meta = _sub_meta(sub, value, where)
+        arr = _dtypes.tensor_to_numpy(value if sub is None else value.as_tensor())
     elif isinstance(value, bool):
         attr, arr = _Attr(key, _BOOL, "bool", (), None), np.bool_(value)
     elif isinstance(value, (int, np.integer)) and not isinstance(value, np.bool_):
@@ -188,7 +332,7 @@ def _attr_of(data, key, value, index, conversions):
         inc = int(inc)
     if isinstance(inc, bool) or not isinstance(inc, (int, np.integer)):
         raise TypeError(f"{where}: __inc__ returned {inc!r}; only integer increments are supported")
-    return attr, arr, int(inc)
+    return attr, arr, int(inc), sub_meta
 
 
 class _Graphs:
@@ -200,6 +344,7 @@ class _Graphs:
         self.cls = None
         self.infer = None
         self.nodes, self.edges, self.incs, self.sizes = [], [], [], []
+        self.subs = []              # per graph: [meta columns of each Index/EdgeIndex attribute, or None]
         self.values = None          # per attribute: list of arrays
 
     def add(self, data, index, exclude, conversions):
@@ -220,7 +365,7 @@ class _Graphs:
                     del data[k]
         got = [_attr_of(data, k, data[k], index, conversions) for k in keys]
         if self.attrs is None:
-            self.attrs = [a for a, _, _ in got]
+            self.attrs = [a for a, _, _, _ in got]
             self.cls = type(data)
             # torch_geometric adds batch/ptr when the first graph's attributes tell the
             # number of nodes (NodeStorage.can_infer_num_nodes); the same rule on the stored keys.
@@ -235,9 +380,9 @@ class _Graphs:
                 raise ValueError(f"graph {index} has attributes {sorted(keys)}, an earlier graph "
                                  f"{sorted(a.key for a in self.attrs)}; every graph needs the same ones "
                                  "(leave the others out with exclude_keys=)")
-            by_key = {a.key: (a, v, i) for a, v, i in got}
+            by_key = {g[0].key: g for g in got}
             got = [by_key[a.key] for a in self.attrs]
-            for ref, (a, _, _) in zip(self.attrs, got):
+            for ref, (a, _, _, _) in zip(self.attrs, got):
                 if a.signature() != ref.signature():
                     raise ValueError(f"graph {index}, attribute {a.key!r}: {a.describe()} differs from "
                                      f"{ref.describe()} of an earlier graph; only the size along "
@@ -249,10 +394,11 @@ class _Graphs:
             n = data.num_nodes
         self.nodes.append(0 if n is None else int(n))
         self.edges.append(int(data.num_edges))
-        self.incs.append([i for _, _, i in got])
-        self.sizes.append([a.size() for a, _, _ in got])
+        self.incs.append([i for _, _, i, _ in got])
+        self.sizes.append([a.size() for a, _, _, _ in got])
+        self.subs.append([m for _, _, _, m in got])
         if self.keep:
-            for lst, (a, v, _) in zip(self.values, got):
+            for lst, (a, v, _, _) in zip(self.values, got):
                 lst.append(v)
 
 
@@ -291,7 +437,7 @@ class _Columns:
             lens = self.meta[:, c1]
             bounds[g] = np.concatenate(([0], np.cumsum(lens)))
         for j in range(len(self.rows)):
-            d = lay.cls()
+            d = lay.new_data()
             for a in lay.attrs:
                 if a.kind == _NUM_NODES:
                     d.num_nodes = int(self.meta[j, _COL_NODES])
@@ -308,6 +454,8 @@ class _Columns:
                     t = _dtypes.as_tensor(block, a.dtype).reshape(shape)
                 else:
                     t = _dtypes.as_tensor(v[j, ...], a.dtype)
+                if a.sub is not None:
+                    t = _sub_tensor(a.sub, t, self.meta[j, a.sub_col:a.sub_col + _SUB_WIDTH[a.sub]].tolist())
                 d[a.key] = t
             out.append(d)
         return out
@@ -356,9 +504,11 @@ class _Columns:
                 value = _dtypes.as_tensor(np.ascontiguousarray(arr), a.dtype)
                 size = a.size()
                 slices = _np_cumsum(sizes) if sizes is not None else arange_slices(m, size)
+                added = None          # each graph's increment, when the batch is incremented
                 if a.inc is not None:
                     incs = _np_cumsum(meta[:-1, a.inc])
                     if int(incs[-1]) != 0:
+                        added = incs
                         per = torch.from_numpy(np.repeat(incs, sizes if sizes is not None else size))
                         view = [1] * value.dim()
                         view[0 if a.cat is None else a.cat] = -1
@@ -371,6 +521,10 @@ class _Columns:
                     incs = torch.from_numpy(incs)
                 else:
                     incs = torch.zeros(m, dtype=torch.int64)
+                if a.sub is not None:
+                    value = _sub_batch(a, value, meta[:, a.sub_col:a.sub_col + _SUB_WIDTH[a.sub]],
+                                       added if added is not None else np.zeros(m, np.int64),
+                                       np.diff(slices))
             else:
                 col = self.values[key]
                 if a.kind == _FLOAT:
@@ -391,7 +545,9 @@ class _Columns:
                 repeats = np.diff(slices)
                 mapping[f"{key}_batch"] = torch.from_numpy(np.repeat(arange, repeats))
                 mapping[f"{key}_ptr"] = torch.from_numpy(_np_cumsum(repeats))
-        if lay.infer:
+        if lay.infer and not issubclass(lay.cls, Batch):
+            # Batch.from_data_list adds batch/ptr for Data samples only: a batch of
+            # Batch objects keeps each inner batch vector (incremented, as collated above).
             nodes = meta[:, _COL_NODES]
             store.batch = torch.from_numpy(np.repeat(arange, nodes))
             store.ptr = torch.from_numpy(_np_cumsum(nodes))
@@ -430,7 +586,7 @@ class _Layout:
         once and then instantiated directly when its __init__ needs no argument.
         """
         if self._batch_cls is None:
-            first = Batch(_base_cls=self.cls) if not issubclass(self.cls, Batch) else Batch()
+            first = Batch(_base_cls=self.cls)   # self.cls itself when it is a Batch class
             import inspect
 
             params = list(inspect.signature(self.cls.__init__).parameters.values())[1:]
@@ -442,8 +598,17 @@ class _Layout:
             return Batch(_base_cls=self.cls)
         return type.__call__(self._batch_cls)
 
+    def new_data(self):
+        """An empty graph of this dataset's Data class. A Batch class (samples that are
+        Batch objects) is made without its metaclass, which would derive another class
+        from it (DataBatch() makes a DataDataBatch)."""
+        if issubclass(self.cls, Batch):
+            return type.__call__(self.cls)
+        return self.cls()
+
     def to_json(self):
-        return json.dumps({"version": _VERSION, "class": _class_path(self.cls),
+        version = _VERSION if any(a.sub is not None for a in self.attrs) else 1
+        return json.dumps({"version": version, "class": _class_path(self.cls),
                            "attrs": [a.to_obj() for a in self.attrs],
                            "groups": len(self.group_cols), "width": self.width, "infer": self.infer},
                           sort_keys=True)
@@ -451,7 +616,7 @@ class _Layout:
     @classmethod
     def from_json(cls, text, data_cls):
         d = json.loads(text)
-        if d.get("version") != _VERSION:
+        if d.get("version") not in _VERSIONS:
             raise ValueError(f"unknown graph dataset version {d.get('version')!r}; upgrade "
                              "pyddstore-torch to the core group's version")
         if data_cls is None:
@@ -633,7 +798,11 @@ class DistDataset(_GraphDataset):
     Every graph must have the same attributes, of the same dtypes and shapes
     except the size along ``__cat_dim__``; tensor attributes of any dtype of
     :data:`pyddstore.torch.SUPPORTED_DTYPES`, and int/float/bool attributes,
-    are stored. Errors are raised on every rank, naming the graph and attribute.
+    are stored. torch_geometric's ``Index`` and ``EdgeIndex`` keep their class
+    and each graph's metadata (``dim_size``/``is_sorted``; ``sparse_size``,
+    ``sort_order``, ``is_undirected``), in ``ds[i]`` and in batches as
+    ``Batch.from_data_list`` merges them; other tensor subclasses are refused.
+    Errors are raised on every rank, naming the graph and attribute.
     With method 0, batched reads (the loader, ``__getitems__``) are collective
     as for pyddstore.torch.DistDataset; ``ds[i]`` is not.
     """
@@ -703,7 +872,8 @@ class DistDataset(_GraphDataset):
                                 desc=f"{what} loading")
             self._scan(plan, start, stop, graphs, bar if chunk_size is None else None)
             if graphs.attrs is not None:
-                mine = json.dumps({"class": _class_path(graphs.cls), "infer": graphs.infer,
+                mine = json.dumps({"class": _class_path(graphs.cls), "class_ref": _class_ref(graphs.cls),
+                                   "infer": graphs.infer,
                                    "attrs": [list(a.signature()) for a in graphs.attrs]})
         except Exception as e:  # noqa: BLE001
             err = e
@@ -717,6 +887,16 @@ class DistDataset(_GraphDataset):
                                  f"rank ({a}); every graph needs the same attributes, dtypes and shapes "
                                  "except the size along __cat_dim__")
         refd = json.loads(ref)
+        cls = graphs.cls
+        if any(x is None for x in gathered):
+            # A rank holding no graph (fewer graphs than ranks) takes the class from the others.
+            err = None
+            if cls is None:
+                try:
+                    cls = _import_class(refd["class_ref"])
+                except Exception as e:  # noqa: BLE001
+                    err = e
+            raise_agreed(comm, err, what)
         order = [s[0] for s in refd["attrs"]]
         if graphs.attrs is not None:
             perm = [[a.key for a in graphs.attrs].index(k) for k in order]
@@ -737,7 +917,8 @@ class DistDataset(_GraphDataset):
         eq = np.array([[np.array_equal(sizes[:, x], sizes[:, y]) for y in range(k)]
                        for x in range(k)], dtype=np.int64).reshape(k, k)
         eq = _allreduce(comm, eq, "min") > 0
-        refs = [_Attr(s[0], s[1], s[2], [1 if d is None else d for d in s[3]], s[4]) for s in refd["attrs"]]
+        refs = [_Attr(s[0], s[1], s[2], [1 if d is None else d for d in s[3]], s[4], sub=s[5])
+                for s in refd["attrs"]]
         if attrs is None:
             attrs = refs
         layout_attrs, groups, reps = [], [], []
@@ -764,13 +945,17 @@ class DistDataset(_GraphDataset):
             if inc_cols[x] is not None:
                 inc = width
                 width += 1
-            fa = _Attr(a.key, a.kind, a.dtype, shape, a.cat, var, grp, inc)
+            fa = _Attr(a.key, a.kind, a.dtype, shape, a.cat, var, grp, inc, a.sub)
+            if fa.sub is not None:
+                fa.sub_col = width
+                width += _SUB_WIDTH[fa.sub]
             elems = fa.parts * fa.inner if var else int(np.prod(fa.fixed_shape(), dtype=np.int64))
             if fa.kind == _TENSOR and elems == 0:
                 raise ValueError(f"{what}: attribute {a.key!r} has no elements besides its concatenation "
                                  f"axis ({fa.describe()}); leave it out with exclude_keys=")
             final.append(fa)
-        cls = graphs.cls if graphs.cls is not None else Data
+        if graphs.keep and graphs.values is None:
+            graphs.values = [[] for _ in final]     # no graph on this rank
         layout = _Layout(cls, final, len(reps), width, bool(refd["infer"]))
         self._layout = layout
 
@@ -785,6 +970,8 @@ class DistDataset(_GraphDataset):
         for x, fa in enumerate(final):
             if fa.inc is not None:
                 meta[:, fa.inc] = incs[:, x]
+            if fa.sub is not None and nloc:
+                meta[:, fa.sub_col:fa.sub_col + _SUB_WIDTH[fa.sub]] = [row[perm[x]] for row in graphs.subs]
 
         # 4. Values: all at once, or chunk by chunk after sizing the variables.
         name = self._name
@@ -957,7 +1144,12 @@ class DataLoader(ThreadDataLoader):
     ``DataLoader(dataset, batch_size=1, shuffle=False, follow_batch=None,
     exclude_keys=None, **kwargs)``; kwargs are ThreadDataLoader's (sampler,
     batch_sampler, num_workers, drop_last, prefetch_factor, ...). Yields
-    ``Batch`` objects. Over a geometric DistDataset or DistDatasetReader (or
+    ``Batch`` objects. ``num_workers=N`` reads in N threads; with
+    ``num_workers=0`` (the default) batches are read and collated in the
+    calling thread, as torch_geometric's and torch's loaders do, so datasets
+    whose handles belong to one thread (torch_geometric's SQLite-backed
+    ``OnDiskDataset``) work; ThreadDataLoader itself reads in one worker
+    thread then. Over a geometric DistDataset or DistDatasetReader (or
     a Subset of one) each batch is read with one store call per stored
     variable and built from the columns, equal to ``Batch.from_data_list``
     of the same graphs (with ``follow_batch``/``exclude_keys``); any other
@@ -965,6 +1157,8 @@ class DataLoader(ThreadDataLoader):
     collective rules of ThreadDataLoader apply (same number of batches on
     every rank: DistributedSampler, ElasticSampler or BudgetBatchSampler).
     """
+
+    _reads_in_caller_without_workers = True  # num_workers=0: the calling thread reads
 
     def __init__(self, dataset, batch_size=1, shuffle=False, follow_batch=None, exclude_keys=None,
                  **kwargs):

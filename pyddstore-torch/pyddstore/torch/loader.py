@@ -3,16 +3,19 @@
 import os
 import queue
 import threading
+import typing
 import warnings
 
 import torch
 from torch.utils.data import DataLoader
 from torch.utils.data import _utils as _dl_utils
-from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind, _SingleProcessDataLoaderIter
 
 from . import _loader_protocol as loader_protocol
 
 _default_collate = _dl_utils.collate.default_collate
+# The type of the loader's items, as torch's DataLoader is Generic[T_co].
+T_co = typing.TypeVar("T_co", covariant=True)
 
 
 def _affinity_sets(n_threads):
@@ -182,7 +185,7 @@ class _Core:
                     continue
                 bufs = self.pool.get() if self.pool is not None else None
                 try:
-                    data, ok = self.fetch(run, index, bufs), True
+                    data, ok = self.fetch(run.fetcher, index, bufs), True
                 except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
                     data, ok = e, False
             try:
@@ -206,7 +209,7 @@ class _Core:
             run, seq, index = item
             bufs = self.pool.get() if self.pool is not None else None
             try:
-                data, ok = self.fetch(run, index, bufs), True
+                data, ok = self.fetch(run.fetcher, index, bufs), True
             except BaseException as e:  # noqa: BLE001
                 data, ok = e, False
             if run.cancelled:
@@ -217,10 +220,11 @@ class _Core:
                 self.collate_q.put((run, seq, ok, data, bufs))
 
     # ---- per batch -----------------------------------------------------------
-    def fetch(self, run, index, bufs):
-        """Read one batch (or sample when batch_size=None), uncollated."""
-        if run.fetcher is not None:
-            return run.fetcher.fetch(index)  # iterable dataset; raises StopIteration at its end
+    def fetch(self, fetcher, index, bufs):
+        """Read one batch (or sample when batch_size=None), uncollated. fetcher: the
+        iteration's fetcher of an iterable dataset, None for a map-style one."""
+        if fetcher is not None:
+            return fetcher.fetch(index)  # iterable dataset; raises StopIteration at its end
         ds = self.dataset
         if self.auto_collation:
             # A collate_fn may read the batch itself (pyddstore.torch.geometric.Collater
@@ -240,8 +244,8 @@ class _Core:
             return [ds[i] for i in index]
         return ds[index]
 
-    def finish_batch(self, data):
-        """Collate (cheaply, for DistDataset batches) and pin a fetched batch."""
+    def collate(self, data):
+        """Collate a fetched batch (cheaply, for DistDataset batches)."""
         out = None
         if self.fast_collate:
             # The samples are views into one column per field: return the columns
@@ -249,9 +253,23 @@ class _Core:
             out = loader_protocol.collated_columns(data, copy=self.reuse)
         if out is None:
             out = self.collate_fn(data)
+        return out
+
+    def finish_batch(self, data):
+        """Collate and pin a fetched batch."""
+        out = self.collate(data)
         if self.pin:
             out = _dl_utils.pin_memory.pin_memory(out, self.pin_device)
         return out
+
+    def read_here(self, index):
+        """Fetch and collate one batch of a map-style dataset in the calling thread."""
+        bufs = self.pool.get() if self.pool is not None else None
+        try:
+            return self.collate(self.fetch(None, index, bufs))
+        finally:
+            if bufs is not None:
+                self.pool.put(bufs)
 
     pin = False
     pin_device = None
@@ -417,16 +435,55 @@ class _ThreadIter(_BaseDataLoaderIter):
                 run.results.clear()
 
 
-class ThreadDataLoader(DataLoader):
+class _CallerFetcher:
+    """The fetcher of a _CallerIter: the loader's own reads and collation, in the calling thread."""
+
+    def __init__(self, core):
+        self.core = core
+
+    def fetch(self, index):
+        return self.core.read_here(index)
+
+
+class _CallerIter(_SingleProcessDataLoaderIter):
+    """Iterator of a loader that reads in the calling thread: DataLoader's
+    single-process iterator (same sampler, seed draw and pinning) whose
+    map-style batches are read and collated as the loader's threads would.
+
+    Used where a loader with num_workers=0 reads in the calling thread
+    (pyddstore.torch.geometric.DataLoader). Its reads are complete when next()
+    returns, so a cut-short epoch leaves nothing in flight; reads of a method-0
+    dataset still in flight from another iterator are waited for first.
+    """
+
+    def __init__(self, loader):
+        super().__init__(loader)
+        self._loader_ref = loader
+        core = loader._core
+        if self._dataset_kind == _DatasetKind.Map:
+            self._dataset_fetcher = _CallerFetcher(core)
+        ods = core.ordered_ds
+        if ods is not None:
+            prev = loader_protocol.ordered_reads_owner(ods)
+            if prev is not None and not prev.finished:
+                prev.drain()
+
+
+class ThreadDataLoader(DataLoader[T_co]):
     """A DataLoader that fetches batches in a thread pool instead of forked worker processes.
 
     Threads share the process's MPI state, CUDA context and Python objects, so
     it is safe with DDStore and GPU-resident buffers, where forked workers are
     not. Takes the same arguments as DataLoader; num_workers is the number of
-    threads (0 means 1). The sampler, generator and base-seed draws are those
-    of DataLoader, so a seeded run yields the same batches (per-worker seeding
-    of torch/random does not apply: threads share one RNG state, and
-    get_worker_info() is None in them).
+    threads, and 0 means 1: unlike DataLoader, which reads in the calling
+    thread with num_workers=0, ThreadDataLoader always reads in a worker
+    thread, so that the next batch is read while the caller trains
+    (pyddstore.torch.geometric.DataLoader keeps torch's rule instead: with
+    num_workers=0 it reads in the calling thread). The sampler, generator and
+    base-seed draws are those of DataLoader, so a seeded run yields the same
+    batches (per-worker seeding of torch/random does not apply: threads share
+    one RNG state, and get_worker_info() is None in them). Like DataLoader it
+    is generic in the type of its batches: ``ThreadDataLoader[T]``.
 
     Each batch is fetched (via dataset.__getitems__ when present), collated and
     optionally pinned (only when an accelerator is available, as DataLoader
@@ -509,10 +566,17 @@ class ThreadDataLoader(DataLoader):
         """Whether batches are read into the fixed, pre-registered buffer pool."""
         return self._core.reuse
 
+    # With num_workers=0: False, read in one worker thread (ThreadDataLoader's "0 means 1");
+    # True, read in the calling thread as torch's DataLoader does (a subclass's choice:
+    # pyddstore.torch.geometric.DataLoader).
+    _reads_in_caller_without_workers = False
+
     def _get_iterator(self):
-        return _ThreadIter(self)
+        return self.__iter__()
 
     def __iter__(self):
+        if self.num_workers == 0 and self._reads_in_caller_without_workers:
+            return _CallerIter(self)
         return _ThreadIter(self)
 
     @property

@@ -96,6 +96,8 @@ class WindowedDataset(torch.utils.data.Dataset):
         b = len(idx)
         vals = {k: v.reshape((b, self.window) + tuple(v.shape[1:])) for k, v in flat.items()}
         samples = [self._sample(vals, j) for j in range(b)]
+        if any(self.ds.structure.by_key[k].record is not None for k in self._keys):
+            return loader_protocol.SampleBatch(samples, None, None)  # records: no tensor columns
         if self.fields is not None:
             return loader_protocol.WindowBatch(samples,
                                                {k: self._as_tensor(vals[k]) for k in self._keys})

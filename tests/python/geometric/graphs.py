@@ -52,10 +52,24 @@ class Graphs(torch.utils.data.Dataset):
         return graph(i, pair=self.pair)
 
 
+def tensor_meta(t):
+    """The metadata a torch_geometric Index/EdgeIndex carries besides its values (caches aside)."""
+    from torch_geometric import EdgeIndex, Index
+
+    if isinstance(t, Index):
+        return t.dim_size, t.is_sorted, t._cat_metadata
+    if isinstance(t, EdgeIndex):
+        return t.sparse_size(), t.sort_order, t.is_undirected, t._cat_metadata
+    return None
+
+
 def same_value(a, b, what):
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor), (what, type(b))
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), (what, a, b)
+        assert type(a) is type(b), (what, type(a), type(b))
+        assert a.dtype == b.dtype and a.shape == b.shape, (what, a, b)
+        assert torch.equal(a, b), (what, a, b)
+        assert tensor_meta(a) == tensor_meta(b), (what, tensor_meta(a), tensor_meta(b))
     elif isinstance(a, dict):
         assert isinstance(b, dict) and list(a) == list(b), (what, a, b)
         for k in a:

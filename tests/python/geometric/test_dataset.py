@@ -148,3 +148,36 @@ def test_explicit_num_nodes(world):
         assert np.array_equal(b.ptr, want.ptr)
     finally:
         ds.free()
+
+
+def test_fewer_graphs_than_ranks(world):
+    """Ranks that hold no graph (2 graphs, up to 4 ranks) store nothing and still read every
+    graph as its own class (a Data subclass, imported by name), and join batched reads."""
+    src = Graphs(2, pair=True)
+    ds = DistDataset(src, "geo_few", comm=world)
+    try:
+        assert ds._layout.cls is type(src[0])
+        for i in range(2):
+            same_data(ds[i], src[i], f"ds[{i}]")
+        rows = [world.rank % 2, 1, 0]
+        same_batch(ds._read_batch(rows).batch(), expected(src, rows))
+        for chunk in (1, None):
+            more = DistDataset(src, f"geo_few_{chunk}", comm=world, chunk_size=chunk)
+            try:
+                same_data(more[1], src[1])
+            finally:
+                more.free()
+    finally:
+        ds.free()
+
+    if world.size > 1:
+        from torch_geometric.data import Data
+
+        class LocalData(Data):
+            pass
+
+        # A rank without graphs cannot import a class defined in a function: said on every rank.
+        with pytest.raises(TypeError) as e:
+            DistDataset([LocalData(x=torch.zeros(2, 1))], "geo_few_local", comm=world)
+        msg = raised_everywhere(world, e)
+        assert "LocalData" in msg and "holds no graph" in msg

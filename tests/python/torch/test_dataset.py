@@ -435,3 +435,13 @@ def test_context_manager_and_freed(world):
         assert ds[1] == 3
     with pytest.raises(RuntimeError):
         ds[1]
+
+
+def test_graph_samples_point_to_the_geometric_dataset(world):
+    """Data samples are torch_geometric graphs: the message names the class that stores them."""
+    geo = pytest.importorskip("torch_geometric.data")
+    for sample in (geo.Data(x=torch.zeros(2, 1)), {"g": geo.Data(x=torch.zeros(2, 1))}):
+        with pytest.raises(TypeError) as e:
+            DistDataset(MapSource(N, lambda i, s=sample: s), "graphs")
+        msg = raised_everywhere(world, e)
+        assert "pyddstore.torch.geometric.DistDataset" in msg and "Data" in msg

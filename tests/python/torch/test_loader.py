@@ -317,3 +317,13 @@ def test_inline_loader_yields_every_batch(world, dds):
     # Nothing but the for statement holds the loader: it must stay alive.
     n = sum(1 for _ in ThreadDataLoader(dds, batch_size=4, num_workers=2))
     assert n == len(ThreadDataLoader(dds, batch_size=4))
+
+
+def test_subscriptable_like_dataloader(world):
+    """ThreadDataLoader[T] as DataLoader[T] (torch's DataLoader is Generic[T_co]): annotations such
+    as ``loader: ThreadDataLoader[dict]`` work, and the subscripted class still makes a loader."""
+    assert ThreadDataLoader[dict] is not None and DataLoader[dict] is not None
+    assert len(ThreadDataLoader.__parameters__) == len(DataLoader.__parameters__) == 1
+    with ThreadDataLoader[dict](MapSource(N, make), batch_size=4, num_workers=2) as tdl:
+        assert isinstance(tdl, ThreadDataLoader)
+        assert_batches_equal(batches(tdl), batches(DataLoader(MapSource(N, make), batch_size=4)))
