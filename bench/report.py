@@ -20,6 +20,8 @@ TARGETS = {
     # issue 15
     "b1b_vs_original": 2.0,
     "b5_m12_64": 0.1, "b5_m12_512": 0.5, "b5_m12_4096": 0.8, "b5_m0_vs_m1": 0.5, "b5_loader": 0.5,
+    # issue 28
+    "b8_cache": 0.9, "b8_over_cap": 4.0, "b8_rss_over_cap": 1.0, "b8_pread": 0.7, "b8_reopen": 20.0,
 }
 
 
@@ -315,6 +317,92 @@ def b5_section(docs, lines, summary):
     lines.append("")
 
 
+def b8_section(d, docs, lines, summary):
+    """B8, file-backed stores (issue 28): b8_cache/b8_big/b8_build/b8_reopen JSON, the memory
+    cap's figures (b8_big.memcap, from ci/memcap.py) or why it was not measured (b8_big.skipped)."""
+    if not any(k.startswith("b8_") for k in docs):
+        return
+    lines += ["### B8 file-backed stores (storage_dir=)", ""]
+    if "b8_cache" in docs:
+        doc = docs["b8_cache"]
+        cpu = loaded(doc)
+        lines += [machine_line(doc), "", "Working set in the page cache: the same rows from an in-memory store "
+                  "and a file-backed one, interleaved.", "",
+                  "| read | in memory | file-backed | ratio memory/files time (wall, CPU) | target | verdict |",
+                  "|---|---|---|---|---|---|"]
+        for r in doc["results"]:
+            judged = r["ratio_cpu"] if cpu else r["ratio"]
+            tgt = TARGETS["b8_cache"]
+            v = verdict(judged, tgt)
+            if r["what"] == "get_batch":
+                label = f"get_batch {r['k']} x {r['row_bytes']} B"
+                shown = f"| {r['memory_us']:.1f} us | {r['files_us']:.1f} us "
+            else:
+                label = f"ThreadDataLoader, {r['sample_bytes']} B samples"
+                shown = (f"| {r['memory_samples_per_s'] / 1e6:.3f} M/s/rank "
+                         f"| {r['files_samples_per_s'] / 1e6:.3f} M/s/rank ")
+            lines.append(f"| {label} {shown}| {fmt(r['ratio'])}, {fmt(r['ratio_cpu'])} | >= {tgt} | {v} |")
+            summary.append((f"B8 {label}, page cache: file-backed vs in-memory"
+                            f"{' (CPU time: machine loaded)' if cpu else ''}", judged, tgt, v))
+        lines.append("")
+    skipped = os.path.join(d, "b8_big.skipped")
+    if os.path.exists(skipped):
+        with open(skipped) as f:
+            why = f.read().strip()
+        lines += [f"Larger than memory: not measured: {why}", ""]
+        summary.append(("B8 dataset 4x a memory cap: epoch, random 4 KiB get_batch vs pread", None, 0.7, "n/a"))
+    elif "b8_big" in docs:
+        doc = docs["b8_big"]
+        r = doc["results"][0]
+        cap = None
+        capf = os.path.join(d, "b8_big.memcap")
+        if os.path.exists(capf):
+            with open(capf) as f:
+                cap = json.load(f)
+        capb = r["cap_bytes"]
+        over = r["dataset_over_cap"]
+        rss = r["peak_rss_max"] / capb if capb else None
+        lines += [machine_line(doc), "",
+                  f"Larger than memory: {r['dataset_bytes'] / 2**20:.0f} MiB of {r['row_bytes']} B rows, "
+                  f"{r['ranks']} ranks, the job under a cgroup memory cap of {capb / 2**20:.0f} MiB "
+                  f"(page cache included){'' if not cap else ', cgroup ' + cap['cgroup']}.", "",
+                  "| measure | value | target | verdict |", "|---|---|---|---|"]
+        v_over = verdict(over, TARGETS["b8_over_cap"])
+        lines.append(f"| dataset / cap | {fmt(over, 2)} | >= {TARGETS['b8_over_cap']} | {v_over} |")
+        lines.append(f"| load (init + update in chunks, save) | {r['load_s']:.1f} s | - | - |")
+        lines.append(f"| epoch, random order, every row checked | completed in {r['epoch_s']:.1f} s "
+                     f"({r['epoch_rows_per_s']:.0f} rows/s, bit-exact) | completes | met |")
+        v_rss = verdict(rss, TARGETS["b8_rss_over_cap"], higher_is_better=False)
+        peak = f"; cgroup peak {cap['peak'] / 2**20:.0f} MiB, cap hit {cap['hits']} times" if cap and cap["peak"] else ""
+        lines.append(f"| peak RSS (worst rank) / cap | {fmt(rss)} ({r['peak_rss_max'] / 2**20:.0f} MiB{peak}) "
+                     f"| <= 1.0 | {v_rss} |")
+        v = verdict(r["ratio"], TARGETS["b8_pread"])
+        lines.append(f"| random {r['row_bytes']} B get_batch / pread loop, queue depth 1 per rank | "
+                     f"{fmt(r['ratio'])} ({r['get_batch_rows_per_s']:.0f} vs {r['pread_rows_per_s']:.0f} "
+                     f"rows/s/rank) | >= {TARGETS['b8_pread']} | {v} |")
+        lines.append("")
+        summary.append((f"B8 dataset / memory cap ({r['ranks']} ranks; the epoch completed, bit-exact)",
+                        over, TARGETS["b8_over_cap"], v_over))
+        summary.append(("B8 peak RSS / memory cap (worst rank)", rss, "<= 1.0", v_rss))
+        summary.append(("B8 random 4 KiB get_batch vs pread, dataset 4x the cap", r["ratio"],
+                        TARGETS["b8_pread"], v))
+    if "b8_build" in docs and "b8_reopen" in docs:
+        b, o = docs["b8_build"]["results"][0], docs["b8_reopen"]["results"][0]
+        ratio = b["build_s"] / o["reopen_s"] if o["bit_exact"] else None
+        v = verdict(ratio, TARGETS["b8_reopen"])
+        lines += [machine_line(docs["b8_reopen"]), "",
+                  "| measure | value | target | verdict |", "|---|---|---|---|",
+                  f"| build a {b['dataset_bytes'] / 2**30:.2f} GiB DistDataset with storage_dir= "
+                  f"({b['ranks']} ranks, from a raw file) | {b['build_s']:.2f} s ({b['gb_per_s']:.2f} GB/s) | - | - |",
+                  f"| DistDataset.open in a later job ({o['ranks']} rank(s)) | {o['reopen_s'] * 1e3:.1f} ms, "
+                  f"{'bit-exact' if o['bit_exact'] else 'DIFFERENT'} | - | - |",
+                  f"| build / reopen | {fmt(ratio, 1)} | >= {TARGETS['b8_reopen']} | {v} |", ""]
+        summary.append((f"B8 reopen of a {b['dataset_bytes'] / 2**30:.2f} GiB store at {o['ranks']} rank(s) "
+                        f"(built at {b['ranks']}) vs building it, bit-exact", ratio, TARGETS["b8_reopen"], v))
+    lines += ["- The in-memory store's figures (B1-B6 above) are compared with main's by running "
+              "bench/run.sh on both; B8 measures the file-backed store only.", ""]
+
+
 def b4_section(docs, lines):
     b4 = [v for k, v in sorted(docs.items()) if k.startswith("b4_")]
     if not b4:
@@ -486,13 +574,15 @@ def main():
     b6_section(docs, lines, summary)
     b1b_section(docs, lines, summary)
     b5_section(docs, lines, summary)
+    b8_section(d, docs, lines, summary)
     head = ["# pyddstore benchmark summary", "",
             "Every figure is a ratio to a baseline measured in the same run (medians over repeats; "
             "ratios > 1 mean pyddstore is faster). Produced by `bench/run.sh`; raw data in the JSON "
-            "files beside this one.", "", "## Targets (issues 7, 15 and 16)", "",
+            "files beside this one.", "", "## Targets (issues 7, 15, 16 and 28)", "",
             "| target | measured | goal | verdict |", "|---|---|---|---|"]
     for label, val, tgt, v in summary:
-        head.append(f"| {label} | {fmt(val)} | {tgt} | {v} |")
+        head.append(f"| {label} | {fmt(val) if isinstance(val, (int, float)) or val is None else val} | "
+                    f"{tgt} | {v} |")
     head += ["", "## Details", ""]
     with open(os.path.join(d, "summary.md"), "w") as f:
         f.write("\n".join(head + lines) + "\n")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole benchmark suite (B1-B6 + the Petastorm peers) under mpiexec and write
+# Run the whole benchmark suite (B1-B6, B8 + the Petastorm peers) under mpiexec and write
 # bench/results/*.json, bench/results/summary.md and bench/results/summary.png.
 #
 #   bench/run.sh [--quick] [--no-petastorm] [--out DIR]
@@ -11,7 +11,8 @@
 #
 # Uses $PYTHON (default .venv/bin/python) with the installed pyddstore, or the working tree's
 # packages and a meson build of libddstore when PYDDSTORE_LIBRARY is set or pyddstore is not
-# installed (then ci/dev-env.sh is sourced). Every figure is a ratio to a baseline measured in
+# installed (then ci/dev-env.sh is sourced). B8's stores go on a disk: DDS_BENCH_STORAGE_DIR
+# (default /var/tmp; not tmpfs). Every figure is a ratio to a baseline measured in
 # the same run; take final numbers on a quiet machine (the load average is recorded).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -112,6 +113,30 @@ fi
 # B5: remote reads across 2 simulated hosts (needs root and tests/cluster; otherwise it
 # records why it was not measured).
 bash bench/b5.sh --out "$out" $quick || echo "bench: B5 failed (see above)" >&2
+
+# B8: file-backed stores (storage_dir=, issue 28), on a disk: the working set in the page
+# cache vs the in-memory store (2 ranks); a dataset 4x a cgroup memory cap (2 ranks, the job
+# under ci/memcap.py; where no cgroup can be made, recorded as not measured); a DistDataset
+# built with storage_dir= (2 ranks), then reopened by another job at another rank count (1).
+b8dir="$(mktemp -d "${DDS_BENCH_STORAGE_DIR:-/var/tmp}/ddstore-b8.XXXXXX")"
+trap 'rm -rf "$work" "$b8dir"' EXIT
+mpirun_ 2 300 bench/b8_storage.py --part cache --storage-dir "$b8dir" --out "$out/b8_cache.json" $quick
+cap=$((512 << 20)); [ -n "$quick" ] && cap=$((128 << 20))
+rm -f "$out/b8_big.memcap" "$out/b8_big.skipped"
+rc=0
+timeout 900 "$py" ci/memcap.py --cap "$cap" --json "$out/b8_big.memcap" -- \
+  mpiexec -n 2 "$py" bench/b8_storage.py --part big --cap "$cap" --storage-dir "$b8dir" \
+  --out "$out/b8_big.json" $quick > "$work/b8_big.log" 2>&1 || rc=$?
+cat "$work/b8_big.log" >&2
+if [ $rc = 77 ]; then
+  grep "memcap: SKIPPED" "$work/b8_big.log" > "$out/b8_big.skipped"
+elif [ $rc != 0 ]; then
+  echo "bench: B8 big failed (exit status $rc; killed by the memory cap if 137)" >&2
+  echo "B8 big: the job failed under the ${cap} B cap, exit status $rc" > "$out/b8_big.skipped"
+fi
+mpirun_ 2 600 bench/b8_storage.py --part build --storage-dir "$b8dir" --out "$out/b8_build.json" $quick
+mpirun_ 1 300 bench/b8_storage.py --part reopen --storage-dir "$b8dir" --out "$out/b8_reopen.json" $quick
+rm -rf "$b8dir"
 
 echo "bench: done in $(( $(date +%s) - t_start )) s, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$py" bench/report.py "$out"

@@ -202,6 +202,15 @@ case_ ompi m0-ucx 2h "misuse table across hosts (2, 3 ranks)" 300 \
   env "${UCX[@]}" DDS_MISUSE_MPIEXEC="$root/$cl/mpirun.sh --hosts 2" DDS_MISUSE_SPANS_HOSTS=1 \
   bash tests/python/misuse/run.sh -k "(nl1 or m1) and not window_lock"
 
+# ---- file-backed stores across hosts (issue 28) ---------------------------------------
+# tests/python/storage's jobs over 2 hosts: a store saved in a directory both
+# hosts share, reopened by later jobs at 1-4 ranks and methods 0/1/2 (tcp), a
+# DistDataset without its source, bad and held directories; then each host's
+# own /tmp as node-local volumes (reopened on both hosts, refused on one).
+case_ ompi m0-ucx 2h "storage: reopen across jobs, node-local volumes" 600 \
+  env "${UCX[@]}" DDS_STORAGE_MPIEXEC="$root/$cl/mpirun.sh --hosts 2" DDS_STORAGE_HOSTS=2 \
+  DDS_STORAGE_DIR="$shared" bash tests/python/storage/run.sh
+
 # ---- the main job across 2 hosts ----------------------------------------------------
 case_ ompi m0-ucx 2x2 "main job: examples/train_digits.py" 300 \
   env "${M0[@]}" "${UCX[@]}" $cl/ompi-run 2 2 -- python examples/train_digits.py --epochs 2

@@ -73,6 +73,7 @@ module ddstore
     type(c_ptr) :: fabric = c_null_ptr        ! const char *, NUL-terminated
     type(c_ptr) :: handshake_dir = c_null_ptr ! const char *, NUL-terminated
     type(c_ptr) :: nic_map = c_null_ptr       ! const char *, NUL-terminated (since ABI 1.2)
+    type(c_ptr) :: storage_dir = c_null_ptr   ! const char *, NUL-terminated (since ABI 1.2)
   end type dds_options
 
   type, bind(C) :: dds_store_info
@@ -289,6 +290,29 @@ module ddstore
       integer(c_size_t), value :: buflen
       integer(c_int) :: dds_store_property
     end function dds_store_property
+
+    ! File-backed stores (ABI 1.2)
+    function dds_save(store) bind(C, name="dds_save")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: store
+      integer(c_int) :: dds_save
+    end function dds_save
+
+    function dds_open(out, comm_f, storage_dir, opts) bind(C, name="dds_open")
+      import :: c_ptr, c_int, c_char
+      type(c_ptr) :: out
+      integer(c_int), value :: comm_f
+      character(kind=c_char) :: storage_dir(*)
+      type(c_ptr), value :: opts
+      integer(c_int) :: dds_open
+    end function dds_open
+
+    function dds_verify_saved(store, bad_blocks) bind(C, name="dds_verify_saved")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: store
+      integer(c_int64_t) :: bad_blocks
+      integer(c_int) :: dds_verify_saved
+    end function dds_verify_saved
 
     ! Receive buffers (methods 1 and 2)
     function dds_register_recv(store, buf, len) bind(C, name="dds_register_recv")

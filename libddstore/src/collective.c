@@ -32,7 +32,7 @@
 static const char *kind_name(int kind)
 {
     static const char *names[DDS_COLL_NKINDS] = {
-        "get_batch/get_ranges", "epoch_begin", "epoch_end", "sync", "add/init", "free",
+        "get_batch/get_ranges", "epoch_begin", "epoch_end", "sync", "add/init", "free", "save/verify_saved",
     };
     return kind >= 0 && kind < DDS_COLL_NKINDS ? names[kind] : "?";
 }

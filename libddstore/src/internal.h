@@ -33,6 +33,8 @@ DDS_HIDDEN void dds_debug(const char *fmt, ...) __attribute__((format(printf, 1,
 
 struct dds_fabric;     /* transport state of methods 1/2 (fabric_internal.h) */
 struct dds_fabric_var; /* per-variable transport state of methods 1/2 */
+struct dds_storage;    /* file-backed shards of a store (storage.c) */
+struct dds_shard_file; /* a variable's file and its mapping (storage.c) */
 
 typedef struct dds_var {
     char name[DDS_NAME_MAX + 1];
@@ -45,6 +47,8 @@ typedef struct dds_var {
     /* method 0 */
     MPI_Win shm_win;        /* shared-memory window over the node communicator, or MPI_WIN_NULL */
     MPI_Win win;            /* RMA window over the group, or MPI_WIN_NULL when not needed */
+    MPI_Aint *win_skew;     /* with win: group_size entries, bytes from each rank's window base
+                               (its shard's address rounded down to DDS_WIN_ALIGN) to its shard */
     void *mpi_mem;          /* memory from MPI_Alloc_mem, or NULL */
     /* methods 1/2 */
     struct dds_fabric_var *fab;
@@ -53,6 +57,8 @@ typedef struct dds_var {
     struct dds_var *_Atomic gen; /* the variable of its generation counters, or NULL */
     _Atomic int gen_looked_up;   /* reader: companion looked up (gen is final) */
     int64_t gen_block_rows;      /* rows per counter */
+    /* file-backed shards (storage.c) */
+    struct dds_shard_file *file; /* this rank's shard is mapped from a file, or NULL */
 } dds_var;
 
 /* One transfer of a read: `len` bytes at byte `src_offset` of group rank
@@ -161,6 +167,8 @@ struct dds_store {
 
     _Atomic uint64_t st_calls, st_rows_local, st_rows_remote, st_bytes_local, st_bytes_remote;
     _Atomic uint64_t st_read_ns;
+
+    struct dds_storage *storage; /* shards in files under a directory, or NULL (storage.c) */
 };
 
 /* ---- ground floor ------------------------------------------------------------
@@ -221,7 +229,8 @@ enum dds_coll_kind {
     DDS_COLL_SYNC = 3,
     DDS_COLL_ADD = 4,         /* add / init */
     DDS_COLL_FREE = 5,
-    DDS_COLL_NKINDS = 6
+    DDS_COLL_SAVE = 6,        /* dds_save / dds_verify_saved */
+    DDS_COLL_NKINDS = 7
 };
 
 /* Tagged, bounded agreement: the first step of every group-collective call
@@ -254,7 +263,7 @@ DDS_HIDDEN int dds_with_window_lock(dds_store *s, int (*fn)(dds_store *, void *)
 DDS_HIDDEN const char *dds_env(const char *name);
 DDS_HIDDEN bool dds_env_flag(const char *name, bool dflt);
 
-/* ---- shard memory and method 0 (rma.c) ---------------------------------------- */
+/* ---- shard memory (shard.c) and method 0 (rma.c) ---------------------------------------- */
 
 /* Allocate v->base for v->local_rows rows (shared memory on the node when
  * enabled) and let the transport map it for the group (s->tp->map_shard).
@@ -270,6 +279,50 @@ DDS_HIDDEN int dds_rma_sync_local(dds_store *s, dds_var *v);
  * s->shm_enabled. Collective over s->comm; returns an agreed result. */
 DDS_HIDDEN int dds_shm_probe(dds_store *s);
 
+/* Bytes of this rank's shards of v (*bytes) and how many of them are
+ * resident in memory (*resident, mincore: for file-backed shards, what the
+ * page cache holds). Local. */
+DDS_HIDDEN void dds_shard_resident(const dds_var *v, uint64_t *bytes, uint64_t *resident);
+
+/* ---- file-backed shards (storage.c) -------------------------------------------
+ * A store made with a storage directory keeps every shard in a file there,
+ * mapped read-only and shared; rows are written with pwrite (see
+ * storage.c). A reopened store (dds_open) maps a saved store's files. */
+
+/* Writer set-up for dds_create: `dir` (NULL: DDSTORE_STORAGE_DIR; NULL or
+ * "" there: shards in memory, s->storage stays NULL): make the directory,
+ * its volume id, take its lock, clear an earlier store out of it.
+ * Collective over s->comm (after the group and node communicators are
+ * made); returns an agreed result. On failure the caller closes. */
+DDS_HIDDEN int dds_storage_setup(dds_store *s, const char *dir);
+/* Reader set-up for dds_open: lock `dir` shared, read and check its
+ * manifest, agree that every rank sees the same store, plan each
+ * variable's offsets for this group. Collective over s->comm; agreed. */
+DDS_HIDDEN int dds_storage_reopen(dds_store *s, const char *dir);
+/* Variables of a reopened store (0 otherwise), and variable i's metadata
+ * into a zeroed v: name, dtype, row size, offsets, local rows, its file.
+ * Local. */
+DDS_HIDDEN int64_t dds_storage_nvars(const dds_store *s);
+DDS_HIDDEN int dds_storage_var(dds_store *s, int64_t i, dds_var *v);
+/* Create (writer) or open and check (reopened) v's file and map it; sets
+ * v->base and v->peer_base. Collective over s->group; agreed over it. */
+DDS_HIDDEN int dds_storage_map(dds_store *s, dds_var *v);
+/* Undo dds_storage_map (local). */
+DDS_HIDDEN void dds_storage_unmap(dds_var *v);
+/* Write `len` bytes at byte `offset` of this rank's shard of file-backed
+ * v (pwrite, bounded dirty pages). Thread-safe. */
+DDS_HIDDEN int dds_storage_write(dds_var *v, size_t offset, const void *data, size_t len);
+/* DDS_ESTATE naming variable `name` when s was reopened (read-only). */
+DDS_HIDDEN int dds_storage_check_writable(const dds_store *s, const char *name);
+/* Release s->storage; collective (free of a core store): also remove the
+ * files of a writer that was not saved, or changed after its save. */
+DDS_HIDDEN void dds_storage_close(dds_store *s, bool collective);
+/* This group's storage directory, or NULL. */
+DDS_HIDDEN const char *dds_storage_dir(const dds_store *s);
+/* 0 in memory, 1 files being written (not saved, or changed since),
+ * 2 files saved, 3 reopened from a saved store. */
+DDS_HIDDEN int dds_storage_state(const dds_store *s);
+
 /* ---- read-only shard pages, methods 1/2 (protect.c) ------------------------ */
 
 /* The system page size. */
@@ -281,7 +334,8 @@ DDS_HIDDEN size_t dds_page_size(void);
  * writable (debug message). Local. */
 DDS_HIDDEN int dds_shard_protect(dds_store *s, dds_var *v, bool readonly);
 /* Copy `len` bytes to byte `offset` of this rank's shard, opening its
- * pages for the copy when they are read-only. Thread-safe. */
+ * pages for the copy when they are read-only (a file-backed shard:
+ * dds_storage_write). Thread-safe. */
 DDS_HIDDEN int dds_shard_write(dds_var *v, size_t offset, const void *data, size_t len);
 
 /* ---- methods 1/2 (fabric*.c) ---------------------------------------------------

@@ -14,7 +14,8 @@
  * against a process of the same Unix user, which can write a core's memory
  * anyway (ptrace, /proc/<pid>/mem, a node-local shard's /dev/shm file).
  * Method 0 is left alone: its MPI window is reachable only from ranks of
- * the job. */
+ * the job. File-backed shards (storage.c) are mapped read-only from the
+ * start, for every method, and written with pwrite. */
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -64,7 +65,7 @@ static size_t shard_bytes(const dds_var *v, int g)
 
 int dds_shard_protect(dds_store *s, dds_var *v, bool readonly)
 {
-    if (!s->tp->page_shards)
+    if (!s->tp->page_shards || v->file)
         return DDS_OK;
     int prot = readonly ? PROT_READ : PROT_READ | PROT_WRITE;
     int rc = DDS_OK;
@@ -83,6 +84,8 @@ int dds_shard_protect(dds_store *s, dds_var *v, bool readonly)
 
 int dds_shard_write(dds_var *v, size_t offset, const void *data, size_t len)
 {
+    if (v->file)
+        return dds_storage_write(v, offset, data, len);
     if (!v->readonly) {
         memcpy(v->base + offset, data, len);
         return DDS_OK;

@@ -1,4 +1,4 @@
-/* Shard memory and method 0 (MPI one-sided) transfers.
+/* Method 0 (MPI one-sided) transfers.
  *
  * Shards of ranks that share a node live in one MPI shared-memory window, so
  * a read from a node peer is a plain memcpy with no MPI call. Shards on other
@@ -7,9 +7,8 @@
  * MPI_Get + flush, complete on return, and needs nothing from the target in
  * an MPI with asynchronous progress.
  *
- * Shard memory (dds_shard_alloc/release, the shared-memory probe) serves
- * every method; the method-0 transport table, dds_transport_rma, is at the
- * end. */
+ * Shard memory (dds_shard_alloc/release, the shared-memory probe) is in
+ * shard.c; the method-0 transport table, dds_transport_rma, is at the end. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,43 +18,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-
-static int probe_shared(dds_store *s, void *unused)
-{
-    (void)unused;
-    void *base = NULL;
-    MPI_Win win = MPI_WIN_NULL;
-    int mrc = MPI_Win_allocate_shared(1, 1, MPI_INFO_NULL, s->node, &base, &win);
-    if (mrc != MPI_SUCCESS)
-        return DDS_EMPI;
-    MPI_Win_free(&win);
-    return DDS_OK;
-}
-
-int dds_shm_probe(dds_store *s)
-{
-    int want = dds_env_flag("DDSTORE_NODE_LOCAL", true) ? 1 : 0;
-    int all = 0;
-    int mrc = MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, s->comm);
-    if (mrc != MPI_SUCCESS)
-        return dds_agree(s->comm, dds_err_mpi(mrc, "MPI_Allreduce (shared memory probe)"));
-    if (!all) {
-        s->shm_enabled = false;
-        return DDS_OK;
-    }
-    /* Some MPIs (or their configuration) cannot allocate shared windows:
-     * try once with a tiny window and fall back to private memory. */
-    int ok = dds_with_window_lock(s, probe_shared, NULL) == DDS_OK;
-    int all_ok = 0;
-    mrc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s->comm);
-    if (mrc != MPI_SUCCESS)
-        return dds_agree(s->comm, dds_err_mpi(mrc, "MPI_Allreduce (shared memory probe)"));
-    s->shm_enabled = all_ok != 0;
-    if (!s->shm_enabled)
-        dds_debug("rank %d: shared-memory windows unavailable; node peers are read through RMA",
-                  s->rank);
-    return DDS_OK;
-}
 
 /* A window over 8 bytes per rank, read from the next rank: what every
  * method-0 read off the node does. Open MPI's default one-sided component
@@ -109,168 +71,6 @@ static int rma_probe(dds_store *s)
     return dds_agree(s->comm, rc);
 }
 
-/* Methods 1/2 make shard pages read-only (protect.c), which needs each
- * shard on pages of its own. Noncontiguous shared windows start each rank's
- * segment near a page boundary but not on it (Open MPI 4.1: 0x108 bytes
- * after), so one extra page is asked for and the shard starts at the first
- * page boundary inside the segment; every rank finds that boundary the
- * same way in its own mapping. */
-static char *page_align(void *p, size_t pad)
-{
-    if (!pad)
-        return p;
-    return (char *)(((uintptr_t)p + pad - 1) / pad * pad);
-}
-
-static int alloc_shared(dds_store *s, dds_var *v, size_t bytes)
-{
-    size_t pad = s->tp->page_shards ? dds_page_size() : 0;
-    MPI_Info info;
-    MPI_Info_create(&info);
-    /* Each rank's segment starts on its own pages: no false sharing between
-     * shards, and libfabric can register it alone. */
-    MPI_Info_set(info, "alloc_shared_noncontig", "true");
-    int mrc = MPI_Win_allocate_shared((MPI_Aint)(bytes + pad), 1, info, s->node, &v->base, &v->shm_win);
-    MPI_Info_free(&info);
-    if (mrc != MPI_SUCCESS) {
-        v->shm_win = MPI_WIN_NULL;
-        v->base = NULL;
-        return dds_err_mpi(mrc, "MPI_Win_allocate_shared");
-    }
-    MPI_Win_set_errhandler(v->shm_win, MPI_ERRORS_RETURN);
-    for (int g = 0; g < s->group_size; g++) {
-        int nr = s->node_rank_of[g];
-        if (nr < 0)
-            continue;
-        MPI_Aint size;
-        int disp;
-        void *ptr = NULL;
-        mrc = MPI_Win_shared_query(v->shm_win, nr, &size, &disp, &ptr);
-        if (mrc != MPI_SUCCESS)
-            return dds_err_mpi(mrc, "MPI_Win_shared_query");
-        v->peer_base[g] = page_align(ptr, pad);
-    }
-    v->base = page_align(v->base, pad);
-    /* MPI_Win_sync, which publishes local writes, needs a passive epoch. */
-    mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, v->shm_win);
-    if (mrc != MPI_SUCCESS)
-        return dds_err_mpi(mrc, "MPI_Win_lock_all (shared window)");
-    return DDS_OK;
-}
-
-static int alloc_private(dds_store *s, dds_var *v, size_t bytes)
-{
-    /* Plain memory for every method: MPI_Win_create exposes any memory, and
-     * MPI_Alloc_mem fails badly on large requests (Open MPI raises
-     * MPI_ERR_NO_MEM on MPI_COMM_WORLD, fatal by default; MPICH 4.0 ch4
-     * returns MPI_SUCCESS with an invalid pointer). */
-    void *p = NULL;
-    if (posix_memalign(&p, dds_page_size(), bytes) != 0)
-        return dds_err(DDS_ENOMEM, "variable '%s': cannot allocate %zu bytes", v->name, bytes);
-    v->base = p;
-    v->peer_base[s->group_rank] = v->base;
-    return DDS_OK;
-}
-
-int dds_shard_alloc(dds_store *s, dds_var *v)
-{
-    size_t bytes = (size_t)(v->local_rows * v->row_bytes);
-    if (bytes == 0)
-        bytes = 1; /* windows and registrations want a real address */
-    if ((uint64_t)v->local_rows * (uint64_t)v->row_bytes > (uint64_t)PTRDIFF_MAX - (1u << 20))
-        return dds_err(DDS_EOVERFLOW, "variable '%s' is too large for this machine", v->name);
-    if (s->tp->page_shards) {
-        /* Whole pages, which dds_shard_protect() makes read-only. */
-        size_t page = dds_page_size();
-        bytes = (bytes + page - 1) / page * page;
-    }
-
-    /* Refuse shards this node cannot hold before asking MPI: a failed
-     * MPI_Win_allocate_shared in Open MPI 4.1 returns on the rank that
-     * creates the segment and leaves the node's other ranks waiting inside
-     * it. With shared memory, one rank allocates the whole node's segment. */
-    int rc = DDS_OK;
-    double node_bytes = (double)bytes;
-    if (s->shm_enabled) {
-        double mine = (double)bytes;
-        int mrc = MPI_Allreduce(&mine, &node_bytes, 1, MPI_DOUBLE, MPI_SUM, s->node);
-        if (mrc != MPI_SUCCESS)
-            rc = dds_err_mpi(mrc, "MPI_Allreduce (shard sizes)");
-    }
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    double phys = (pages > 0 && page > 0) ? (double)pages * (double)page : 0;
-    struct rlimit as;
-    double as_limit = 0; /* every rank of the node maps the whole shared segment */
-    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
-        as_limit = (double)as.rlim_cur;
-    /* Open MPI and MPICH back shared windows with a file in /dev/shm, which
-     * is usually half the memory: a segment between that and the physical
-     * memory passes the check above and then hangs or dies of SIGBUS. */
-    struct statvfs vfs;
-    double shm_free = 0;
-    if (s->shm_enabled && statvfs("/dev/shm", &vfs) == 0)
-        shm_free = (double)vfs.f_bavail * (double)vfs.f_frsize;
-    if (rc == DDS_OK && phys > 0 && node_bytes > phys)
-        rc = dds_err(DDS_ENOMEM,
-                     "variable '%s': %.0f bytes of shards on this node exceed its %.0f bytes of "
-                     "memory (use more nodes or fewer rows per rank)",
-                     v->name, node_bytes, phys);
-    else if (rc == DDS_OK && as_limit > 0 && node_bytes > as_limit)
-        rc = dds_err(DDS_ENOMEM,
-                     "variable '%s': %.0f bytes of shards on this node exceed the address-space "
-                     "limit of %.0f bytes (ulimit -v)",
-                     v->name, node_bytes, as_limit);
-    else if (rc == DDS_OK && shm_free > 0 && node_bytes > shm_free)
-        rc = dds_err(DDS_ENOMEM,
-                     "cannot allocate %.0f bytes of shared memory for variable '%s' on this node: "
-                     "/dev/shm has %.0f bytes free (free some, or set DDSTORE_NODE_LOCAL=0 to use "
-                     "private memory)",
-                     node_bytes, v->name, shm_free);
-    rc = dds_agree(s->group, rc);
-    if (rc)
-        return rc;
-
-    rc = s->shm_enabled ? alloc_shared(s, v, bytes) : alloc_private(s, v, bytes);
-    /* The transport's map_shard (an RMA window) is collective over the
-     * group: agree first. */
-    rc = dds_agree(s->group, rc);
-    if (rc) {
-        dds_shard_release(s, v);
-        return rc;
-    }
-    if (s->tp->map_shard) {
-        rc = s->tp->map_shard(s, v);
-        if (rc) {
-            dds_shard_release(s, v);
-            return rc;
-        }
-    }
-    return DDS_OK;
-}
-
-void dds_shard_release(dds_store *s, dds_var *v)
-{
-    /* free() writes into freed memory; MPI may reuse a shared segment. */
-    if (v->base)
-        dds_shard_protect(s, v, false);
-    if (v->win != MPI_WIN_NULL) {
-        MPI_Win_unlock_all(v->win);
-        MPI_Win_free(&v->win);
-        v->win = MPI_WIN_NULL;
-    }
-    if (v->shm_win != MPI_WIN_NULL) {
-        MPI_Win_unlock_all(v->shm_win);
-        MPI_Win_free(&v->shm_win); /* frees the shard memory too */
-        v->shm_win = MPI_WIN_NULL;
-    } else if (v->mpi_mem) {
-        MPI_Free_mem(v->mpi_mem);
-    } else {
-        free(v->base);
-    }
-    v->mpi_mem = NULL;
-    v->base = NULL;
-}
-
 /* ---- the method-0 transport --------------------------------------------------- */
 
 /* The group reads through RMA windows unless it is one rank or wholly in
@@ -281,6 +81,15 @@ static int rma_open(dds_store *s)
         return rma_probe(s);
     return DDS_OK;
 }
+
+/* Window bases are aligned to this many bytes. A file-backed shard starts
+ * wherever its first row lies in the file (storage.c), and MPICH 4.0
+ * (ch4:ucx) reads a window whose base is not 16-byte aligned from the base
+ * rounded down: every row of such a shard came back shifted by up to 15
+ * bytes (tests/python/core/test_storage.py under MPICH with
+ * DDSTORE_NODE_LOCAL=0). So each window starts at its shard's address
+ * rounded down, and reads add the owner's skew (win_skew). */
+#define DDS_WIN_ALIGN 64
 
 /* An RMA window over the group on v's shard when some shard of the group is
  * not in this process's shared memory; kept in a passive-target epoch. */
@@ -295,8 +104,19 @@ static int rma_map_shard(dds_store *s, dds_var *v)
     size_t bytes = (size_t)(v->local_rows * v->row_bytes);
     if (bytes == 0)
         bytes = 1; /* as dds_shard_alloc allocated it (no page rounding: not page_shards) */
-    int rc = DDS_OK;
-    int mrc = MPI_Win_create(v->base, (MPI_Aint)bytes, 1, MPI_INFO_NULL, s->group, &v->win);
+    /* The rounded-down base lies in the same page as the shard (pages are
+     * multiples of DDS_WIN_ALIGN): mapped, and never read. */
+    MPI_Aint skew = (MPI_Aint)((uintptr_t)v->base % DDS_WIN_ALIGN);
+    free(v->win_skew);
+    v->win_skew = malloc((size_t)s->group_size * sizeof *v->win_skew);
+    int rc = v->win_skew ? DDS_OK : dds_err(DDS_ENOMEM, "variable '%s': out of memory", v->name);
+    rc = dds_agree(s->group, rc);
+    if (rc)
+        return rc;
+    int mrc = MPI_Allgather(&skew, 1, MPI_AINT, v->win_skew, 1, MPI_AINT, s->group);
+    if (mrc != MPI_SUCCESS)
+        return dds_agree(s->group, dds_err_mpi(mrc, "MPI_Allgather (window bases)"));
+    mrc = MPI_Win_create(v->base - skew, (MPI_Aint)bytes + skew, 1, MPI_INFO_NULL, s->group, &v->win);
     if (mrc == MPI_SUCCESS) {
         MPI_Win_set_errhandler(v->win, MPI_ERRORS_RETURN);
         mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, v->win);
@@ -337,7 +157,7 @@ static int rma_get(rma_issue *is, void *dst, int ocount, MPI_Datatype ot, int ow
 static int rma_get_each(rma_issue *is, const dds_read_op *op)
 {
     char *dst = op->dst;
-    MPI_Aint src = (MPI_Aint)op->src_offset;
+    MPI_Aint src = (MPI_Aint)op->src_offset + is->v->win_skew[op->owner];
     int64_t left = op->len;
     while (left > 0) {
         int n = left > (1 << 30) ? (1 << 30) : (int)left;
@@ -362,7 +182,7 @@ static int rma_get_indexed(rma_issue *is, const dds_read_op *ops, size_t n, int 
     int owner = ops[0].owner;
     for (size_t i = 0; i < n; i++) {
         lens[i] = (int)ops[i].len;
-        tdisp[i] = (MPI_Aint)ops[i].src_offset;
+        tdisp[i] = (MPI_Aint)ops[i].src_offset + is->v->win_skew[owner];
         int mrc = MPI_Get_address(ops[i].dst, &odisp[i]);
         if (mrc != MPI_SUCCESS)
             return dds_err_mpi(mrc, "MPI_Get_address");

@@ -1,10 +1,13 @@
 /* The orchestrator: store lifecycle (create, free), adding and updating
  * variables, queries, and the entry points of readers. Builds on the ground
  * floor (registry.c, vartable.c, collective.c) and the transports. */
+#include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -162,7 +165,13 @@ static char *dup_opt(const char *given, const char *env, const char *dflt)
     return v ? strdup(v) : NULL;
 }
 
-DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
+static int reopen_vars(dds_store *s);
+static void var_destroy(dds_store *s, dds_var *v);
+
+/* dds_create (reopen false) and dds_open (reopen: the saved store's
+ * directory reopen_dir). */
+static int create_store(dds_store **out, int comm_f, const dds_options *opts, bool reopen,
+                        const char *reopen_dir)
 {
     dds_err_clear();
     if (!out)
@@ -226,6 +235,11 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
         rc = dds_err(DDS_ENOTSUP,
                      "method %d needs libfabric, but libddstore was built without it (use method 0)",
                      s->method);
+    if (rc == DDS_OK && reopen && (!reopen_dir || !*reopen_dir))
+        rc = dds_err(DDS_EINVAL, "storage_dir is NULL or empty: name the directory a store was saved in");
+    else if (rc == DDS_OK && reopen && o.storage_dir && strcmp(o.storage_dir, reopen_dir) != 0)
+        rc = dds_err(DDS_EINVAL, "opts->storage_dir ('%s') differs from storage_dir ('%s'): leave it NULL",
+                     o.storage_dir, reopen_dir);
     if (rc == DDS_OK)
         rc = dds_step_setup(s);
     if (rc == DDS_OK) {
@@ -262,6 +276,11 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     if (rc)
         goto fail;
 
+    /* Before the probe: file-backed shards need no MPI shared window. */
+    rc = reopen ? dds_storage_reopen(s, reopen_dir) : dds_storage_setup(s, o.storage_dir);
+    if (rc)
+        goto fail;
+
     rc = dds_shm_probe(s);
     if (rc)
         goto fail;
@@ -269,16 +288,39 @@ DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
     rc = s->tp->open(s);
     if (rc)
         goto fail;
-    dds_debug("rank %d: store created: method %d, group %d (%d of %d), node-local %d, shm %d",
-              s->rank, s->method, s->group_index, s->group_rank, s->group_size, (int)s->node_local,
-              (int)s->shm_enabled);
+    if (reopen) {
+        rc = reopen_vars(s);
+        if (rc) {
+            for (int64_t i = s->nvars - 1; i >= 0; i--)
+                var_destroy(s, s->vars[i]);
+            s->nvars = 0;
+            if (s->tp->close)
+                s->tp->close(s);
+            goto fail;
+        }
+    }
+    dds_debug("rank %d: store %s: method %d, group %d (%d of %d), node-local %d, shm %d, storage %s",
+              s->rank, reopen ? "reopened" : "created", s->method, s->group_index, s->group_rank,
+              s->group_size, (int)s->node_local, (int)s->shm_enabled,
+              dds_storage_dir(s) ? dds_storage_dir(s) : "none");
     dds_store_track(s, true);
     *out = s;
     return DDS_OK;
 fail:
+    dds_storage_close(s, false);
     store_release_comms(s);
     dds_store_destroy(s);
     return rc;
+}
+
+DDS_API int dds_create(dds_store **out, int comm_f, const dds_options *opts)
+{
+    return create_store(out, comm_f, opts, false, NULL);
+}
+
+DDS_API int dds_open(dds_store **out, int comm_f, const char *storage_dir, const dds_options *opts)
+{
+    return create_store(out, comm_f, opts, true, storage_dir);
 }
 
 static void var_destroy(dds_store *s, dds_var *v)
@@ -331,6 +373,7 @@ DDS_API int dds_free(dds_store *s)
     s->nvars = 0;
     if (s->tp->close)
         s->tp->close(s);
+    dds_storage_close(s, true);
     if (!s->is_reader)
         store_release_comms(s);
     dds_store_destroy(s);
@@ -380,6 +423,45 @@ DDS_API int dds_store_info_get(const dds_store *s, dds_store_info *info)
     return DDS_OK;
 }
 
+/* Where this rank's shards live and how much of them is in memory
+ * (dds_store_property's storage keys). */
+static void describe_storage(const dds_store *s, const char *key, char *buf, size_t cap)
+{
+    const char *dir = dds_storage_dir(s);
+    if (strcmp(key, "storage") == 0) {
+        snprintf(buf, cap, "%s", s->is_reader ? "remote" : dir ? "files" : s->shm_enabled ? "node-shm" : "memory");
+    } else if (strcmp(key, "storage_dir") == 0) {
+        snprintf(buf, cap, "%s", dir ? dir : "");
+    } else if (strcmp(key, "storage_state") == 0) {
+        static const char *states[] = { "memory", "written", "saved", "reopened" };
+        snprintf(buf, cap, "%s", s->is_reader ? "remote" : states[dds_storage_state(s)]);
+    } else if (strcmp(key, "storage_free_bytes") == 0) {
+        /* What the shards draw on: the storage directory's file system,
+         * /dev/shm for node shared memory, else the memory available. */
+        double avail = -1;
+        struct statvfs vfs;
+        const char *where = dir ? dir : s->shm_enabled ? "/dev/shm" : NULL;
+        if (where && statvfs(where, &vfs) == 0)
+            avail = (double)vfs.f_bavail * (double)vfs.f_frsize;
+        else if (!where) {
+            long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+            avail = pages > 0 && page > 0 ? (double)pages * (double)page : -1;
+        }
+        snprintf(buf, cap, "%.0f", avail);
+    } else {
+        uint64_t bytes = 0, resident = 0;
+        pthread_rwlock_rdlock((pthread_rwlock_t *)&s->vars_lock);
+        for (int64_t i = 0; !s->is_reader && i < s->nvars; i++) {
+            uint64_t b, r;
+            dds_shard_resident(s->vars[i], &b, &r);
+            bytes += b;
+            resident += r;
+        }
+        pthread_rwlock_unlock((pthread_rwlock_t *)&s->vars_lock);
+        snprintf(buf, cap, "%" PRIu64, strcmp(key, "shard_bytes") == 0 ? bytes : resident);
+    }
+}
+
 DDS_API int dds_store_property(const dds_store *s, const char *key, char *buf, size_t buflen)
 {
     dds_err_clear();
@@ -388,15 +470,21 @@ DDS_API int dds_store_property(const dds_store *s, const char *key, char *buf, s
         return rc;
     if (!key || (!buf && buflen))
         return dds_err(DDS_EINVAL, "store property: %s is NULL", key ? "buf" : "key");
-    char text[512] = "";
+    char text[4200] = "";
     bool why = strcmp(key, "domain_choice") == 0;
     if (strcmp(key, "transport") == 0 && s->tp->describe)
         s->tp->describe(s, text, sizeof text);
     else if (why || strcmp(key, "domain") == 0) {
         if (s->tp->describe_domain)
             s->tp->describe_domain(s, why, text, sizeof text);
-    } else
-        return dds_err(DDS_ENOENT, "no store property '%s' (known: transport, domain, domain_choice)", key);
+    } else if (strcmp(key, "storage") == 0 || strcmp(key, "storage_dir") == 0 ||
+               strcmp(key, "shard_bytes") == 0 || strcmp(key, "resident_bytes") == 0 ||
+               strcmp(key, "storage_free_bytes") == 0 || strcmp(key, "storage_state") == 0)
+        describe_storage(s, key, text, sizeof text);
+    else
+        return dds_err(DDS_ENOENT, "no store property '%s' (known: transport, domain, domain_choice, "
+                       "storage, storage_dir, storage_state, shard_bytes, resident_bytes, "
+                       "storage_free_bytes)", key);
     size_t len = strlen(text);
     if (buflen)
         snprintf(buf, buflen, "%s", text);
@@ -426,7 +514,7 @@ static int check_new_var(dds_store *s, const char *name, const void *data, int64
         return dds_err(DDS_EINVAL, "variable '%s': data is NULL for %lld rows", name, (long long)nrows);
     if (dds_var_find(s, name))
         return dds_err(DDS_EEXIST, "variable '%s' already exists", name);
-    return DDS_OK;
+    return dds_storage_check_writable(s, name);
 }
 
 /* All ranks must agree on name, row size and dtype; rank 0 is the reference. */
@@ -494,6 +582,84 @@ static int compute_offsets(dds_store *s, dds_var *v)
 
 static int shard_alloc_cb(dds_store *s, void *v) { return dds_shard_alloc(s, v); }
 
+/* The rest of add/init, and of a reopen: allocate (or map) v's shard,
+ * write `data` into it (NULL: zeros, or a reopened file's rows), expose it
+ * and append v to the store. rc: the agreed result so far (v is freed when
+ * it is not DDS_OK). Collective over the communicator. */
+static int var_place(dds_store *s, dds_var *v, int rc, const void *data)
+{
+    if (rc == DDS_OK) {
+        int group_rc = dds_with_window_lock(s, shard_alloc_cb, v);
+        rc = dds_agree(s->comm, group_rc);
+        if (rc && group_rc == DDS_OK)
+            dds_shard_release(s, v); /* this group allocated, another one failed */
+        else if (rc)
+            v->base = NULL; /* dds_shard_alloc cleaned up after itself */
+    }
+    int wrc = DDS_OK; /* a write that failed here (a full storage directory) fails the add everywhere */
+    if (rc == DDS_OK) {
+        size_t bytes = (size_t)(v->local_rows * v->row_bytes);
+        if (data && bytes)
+            wrc = dds_shard_write(v, 0, data, bytes);
+        else if (bytes && !v->file)
+            memset(v->base, 0, bytes); /* a file's rows are zeros until written, or the saved rows */
+        if (s->tp->expose) {
+            rc = s->tp->expose(s, v);
+            rc = dds_agree(s->comm, rc);
+            if (rc) {
+                /* Another group may have failed after this one exposed v:
+                 * drop its registration (and method-2 file) first. A no-op
+                 * where expose failed (v->fab is NULL there). */
+                s->tp->release(s, v);
+                dds_shard_release(s, v);
+            }
+        }
+    }
+    if (rc == DDS_OK) {
+        rc = wrc;
+        if (rc == DDS_OK)
+            rc = dds_shard_protect(s, v, true);
+        if (rc == DDS_OK)
+            rc = dds_rma_sync_local(s, v);
+        rc = dds_agree(s->comm, rc); /* also a barrier: no rank reads before every shard is written */
+        if (rc) {
+            if (s->tp->release)
+                s->tp->release(s, v);
+            dds_shard_release(s, v);
+        }
+    }
+    if (rc == DDS_OK)
+        rc = dds_var_append(s, v);
+    if (rc)
+        dds_var_free(v);
+    return rc;
+}
+
+/* The variables of a saved store, mapped from its files (dds_open). */
+static int reopen_vars(dds_store *s)
+{
+    int64_t n = dds_storage_nvars(s);
+    for (int64_t i = 0; i < n; i++) {
+        dds_var *v = calloc(1, sizeof *v);
+        int rc = DDS_OK;
+        if (v) {
+            v->shm_win = v->win = MPI_WIN_NULL;
+            rc = dds_storage_var(s, i, v);
+        } else {
+            rc = dds_err(DDS_ENOMEM, "out of memory opening the store");
+        }
+        rc = dds_agree(s->comm, rc);
+        if (rc && v && v->file) {
+            free(v->file);
+            v->file = NULL;
+        }
+        rc = var_place(s, v, rc, NULL);
+        if (rc)
+            return rc;
+    }
+    return DDS_OK;
+}
+
 static int var_create(dds_store *s, const char *name, const void *data, int64_t nrows,
                       int64_t row_bytes, uint32_t dtype, bool need_data)
 {
@@ -523,48 +689,7 @@ static int var_create(dds_store *s, const char *name, const void *data, int64_t 
         rc = dds_err(DDS_ENOMEM, "out of memory adding variable '%s'", name);
     }
     rc = dds_agree(s->comm, rc);
-    if (rc == DDS_OK) {
-        int group_rc = dds_with_window_lock(s, shard_alloc_cb, v);
-        rc = dds_agree(s->comm, group_rc);
-        if (rc && group_rc == DDS_OK)
-            dds_shard_release(s, v); /* this group allocated, another one failed */
-        else if (rc)
-            v->base = NULL; /* dds_shard_alloc cleaned up after itself */
-    }
-    if (rc == DDS_OK) {
-        size_t bytes = (size_t)(nrows * row_bytes);
-        if (need_data && bytes)
-            memcpy(v->base, data, bytes);
-        else if (bytes)
-            memset(v->base, 0, bytes);
-        if (s->tp->expose) {
-            rc = s->tp->expose(s, v);
-            rc = dds_agree(s->comm, rc);
-            if (rc) {
-                /* Another group may have failed after this one exposed v:
-                 * drop its registration (and method-2 file) first. A no-op
-                 * where expose failed (v->fab is NULL there). */
-                s->tp->release(s, v);
-                dds_shard_release(s, v);
-            }
-        }
-    }
-    if (rc == DDS_OK) {
-        rc = dds_shard_protect(s, v, true);
-        if (rc == DDS_OK)
-            rc = dds_rma_sync_local(s, v);
-        rc = dds_agree(s->comm, rc); /* also a barrier: no rank reads before every shard is written */
-        if (rc) {
-            if (s->tp->release)
-                s->tp->release(s, v);
-            dds_shard_release(s, v);
-        }
-    }
-    if (rc == DDS_OK)
-        rc = dds_var_append(s, v);
-    if (rc)
-        dds_var_free(v);
-    return rc;
+    return var_place(s, v, rc, need_data ? data : NULL);
 }
 
 DDS_API int dds_add(dds_store *s, const char *name, const void *data, int64_t nrows,
@@ -595,6 +720,9 @@ DDS_API int dds_update(dds_store *s, const char *name, const void *data, int64_t
                        name, (long long)nrows, (long long)offset, (long long)v->local_rows);
     if (nrows > 0 && !data)
         return dds_err(DDS_EINVAL, "variable '%s': data is NULL", name);
+    rc = dds_storage_check_writable(s, name);
+    if (rc)
+        return rc;
     dds_var *gen = atomic_load(&v->gen); /* set by dds_init_versioned on core ranks */
     if (nrows && gen) /* versioned: readers see the old rows or the new ones, never a mix */
         return dds_gen_write(s, v, gen, data, nrows, offset);

@@ -31,6 +31,10 @@ DDS_API int dds_init_versioned(dds_store *s, const char *name, int64_t nrows, in
     if (rc == DDS_OK && nrows > 0 && row_bytes > INT64_MAX / nrows)
         rc = dds_err(DDS_EOVERFLOW, "variable '%s': %lld rows x %lld bytes overflows 2^63", name,
                      (long long)nrows, (long long)row_bytes);
+    if (rc == DDS_OK && s->storage)
+        rc = dds_err(DDS_ENOTSUP, "versioned variable '%s': versioned rows are rewritten in place while "
+                     "they are read and live in memory; make them in a store without a storage directory",
+                     name);
     if (rc == DDS_OK && (dds_var_find(s, name) || dds_var_find(s, cname)))
         rc = dds_err(DDS_EEXIST, "variable '%s' already exists", name);
     /* Everything dds_init() would check across ranks, checked before the

@@ -47,6 +47,7 @@ class Options(ctypes.Structure):
         ("handshake_dir", ctypes.c_char_p),
         # since ABI 1.2
         ("nic_map", ctypes.c_char_p),
+        ("storage_dir", ctypes.c_char_p),
     ]
 
 
@@ -145,6 +146,10 @@ _PROTOTYPES = {
     "dds_generation": (_i, [_vp, _cp, _i64, ctypes.POINTER(ctypes.c_uint64)]),
     # store properties (ABI 1.2)
     "dds_store_property": (_i, [_vp, _cp, _vp, _sz]),
+    # file-backed stores (ABI 1.2)
+    "dds_save": (_i, [_vp]),
+    "dds_open": (_i, [ctypes.POINTER(_vp), _i, _cp, ctypes.POINTER(Options)]),
+    "dds_verify_saved": (_i, [_vp, ctypes.POINTER(_i64)]),
 }
 
 

@@ -112,7 +112,7 @@ class PyDDStore:
     """A distributed in-memory store of row-indexed variables.
 
     ``PyDDStore(comm=None, method=None, ddstore_width=None, *, handshake_dir=None,
-    fabric=None, n_core=None, timeout=None, nic_map=None)``
+    fabric=None, n_core=None, timeout=None, nic_map=None, storage_dir=None)``
 
     * comm: mpi4py intra-communicator of the ranks holding the data
       (default ``MPI.COMM_WORLD``). Collective over it.
@@ -122,6 +122,13 @@ class PyDDStore:
       own full copy); default the whole communicator. Must divide comm's size.
     * handshake_dir, fabric: method 2 directory and libfabric provider
       (defaults ``DDSTORE_HANDSHAKE_DIR``, ``DDSTORE_FABRIC``).
+    * storage_dir: keep every shard in a file under this directory, mapped
+      into memory, instead of in memory (default ``DDSTORE_STORAGE_DIR``;
+      ``""`` or unset: memory): the page cache decides what stays in memory,
+      so the data may be larger than memory. :meth:`save` makes the store
+      reopenable with :meth:`open` by a later job, at any rank count. One
+      store per directory: the directory is locked while the store lives
+      (docs/storage.rst).
     * ``PyDDStore(None, method=2, handshake_dir=d, n_core=N)`` (comm None
       with method 2 or n_core given) is a method-2 *reader* with no MPI: see
       :func:`pyddstore.join`; attach variables with :meth:`join`. timeout:
@@ -161,7 +168,7 @@ class PyDDStore:
     """
 
     def __init__(self, comm=None, method=None, ddstore_width=None, *, handshake_dir=None,
-                 fabric=None, n_core=None, timeout=None, nic_map=None):
+                 fabric=None, n_core=None, timeout=None, nic_map=None, storage_dir=None):
         # The newest original is PyDDStore(comm_or_none, method, handshake_dir, n_core,
         # nic_map): a path in third place is its handshake_dir, and "" its "unset".
         if isinstance(ddstore_width, (str, os.PathLike)):
@@ -192,13 +199,47 @@ class PyDDStore:
                     "a method-2 reader takes its NIC map from the environment, not nic_map=: "
                     "export DDSTORE_NIC_MAP (same format) in the reader's job, or name the NIC "
                     "with DDSTORE_FABRIC_DOMAIN", DDS_EINVAL)
+            if storage_dir is not None:
+                raise DDStoreValueError("storage_dir does not apply to a method-2 reader (it reads the "
+                                        "core group's shards, wherever they live)", DDS_EINVAL)
             self._init_reader(handshake_dir, n_core, timeout, ddstore_width, fabric)
         else:
-            self._init_core(comm, method, ddstore_width, handshake_dir, fabric, n_core, nic_map)
+            self._init_core(comm, method, ddstore_width, handshake_dir, fabric, n_core, nic_map,
+                            storage_dir)
+
+    @classmethod
+    def open(cls, storage_dir, comm=None, method=None, ddstore_width=None, *, handshake_dir=None,
+             fabric=None):
+        """Reopen the store saved (:meth:`save`) in `storage_dir`, over `comm`
+        (default ``MPI.COMM_WORLD``) of any size, without its source: every
+        variable is there, read-only, its shards mapped from the saved files
+        (the saved layout at the same number of ranks per group, else an
+        even split of each variable's rows; no row is copied, so the time
+        does not grow with the data). method, ddstore_width, handshake_dir,
+        fabric: as for the constructor. Collective over comm.
+
+        A missing directory or manifest raises DDStoreKeyError; a truncated,
+        corrupt, foreign or stale directory (a file changed after the save)
+        DDStoreError with code DDS_EPROTO; a directory another job is
+        writing DDStoreStateError: on every rank, naming the directory and
+        what is wrong. The directory stays locked (shared) until
+        :meth:`free`. :meth:`verify_saved` checks every row against the
+        checksums saved with it."""
+        self = cls.__new__(cls)
+        self._h = None
+        self._vars = {}
+        self._recv = {}
+        self._recv_lock = threading.Lock()
+        self.comm = None
+        self.group_comm = None
+        self._init_core(comm, method, ddstore_width, handshake_dir, fabric, None, None, None,
+                        reopen=storage_dir)
+        return self
 
     # -- construction
 
-    def _init_core(self, comm, method, width, handshake_dir, fabric, n_core, nic_map):
+    def _init_core(self, comm, method, width, handshake_dir, fabric, n_core, nic_map, storage_dir,
+                   reopen=None):
         MPI = _mpi()
         if comm is None:
             comm = MPI.COMM_WORLD
@@ -224,10 +265,14 @@ class PyDDStore:
                 raise DDStoreValueError(
                     "n_core is for method-2 readers (PyDDStore(None, method=2, n_core=N)); a store "
                     "over a communicator has its ranks as core", DDS_EINVAL)
-            for label, val in (("handshake_dir", handshake_dir), ("fabric", fabric)):
+            for label, val in (("handshake_dir", handshake_dir), ("fabric", fabric),
+                               ("storage_dir", storage_dir)):
                 if val is not None and not isinstance(val, (str, os.PathLike)):
                     raise DDStoreTypeError(f"{label} must be a str or path, got {type(val).__name__}",
                                            DDS_EINVAL)
+            if reopen is not None and (not isinstance(reopen, (str, os.PathLike)) or not os.fspath(reopen)):
+                raise DDStoreTypeError(f"storage_dir must be the directory a store was saved in (a str or "
+                                       f"path), got {reopen!r}", DDS_EINVAL)
         except DDStoreError as e:
             err = e
         try:
@@ -249,8 +294,14 @@ class PyDDStore:
         if nic_map is not None:
             keep.append(nic_map.encode())
             opts.nic_map = keep[-1]
+        if storage_dir is not None:
+            keep.append(os.fsencode(storage_dir))
+            opts.storage_dir = keep[-1]
         ptr = ctypes.c_void_p()
-        rc = _c.dds_create(ctypes.byref(ptr), comm.py2f(), ctypes.byref(opts))
+        if reopen is not None:
+            rc = _c.dds_open(ctypes.byref(ptr), comm.py2f(), os.fsencode(reopen), ctypes.byref(opts))
+        else:
+            rc = _c.dds_create(ctypes.byref(ptr), comm.py2f(), ctypes.byref(opts))
         if rc:
             msg = _lib.last_error(rc)
             ctl.Free()
@@ -746,7 +797,17 @@ class PyDDStore:
         None for method 0); ``node_local`` (the whole
         group is on one node: every read is a memcpy); ``reads_collective``;
         ``rank``, ``size``, ``group_rank``, ``group_size``, ``group_index``,
-        ``is_reader``.
+        ``is_reader``; where this rank's shards live: ``storage``
+        (``"files"``: in files under ``storage_dir``, mapped; ``"node-shm"``:
+        node shared memory, /dev/shm; ``"memory"``: private memory;
+        ``"remote"`` for a reader), ``storage_dir`` (None unless files),
+        ``storage_state`` (``"memory"``, ``"written"``: files not saved or
+        changed since, ``"saved"``, ``"reopened"``), ``shard_bytes`` (this
+        rank's shards, all variables), ``resident_bytes`` (how much of them
+        is in memory now: for files, what the page cache holds; mincore),
+        ``storage_free_bytes`` (room left where shards go: the storage
+        directory's file system, /dev/shm, or available memory; -1 unknown).
+        Local.
         """
         if name is not None:
             v = self._var(name)
@@ -767,16 +828,45 @@ class PyDDStore:
             "group_size": self.group_size,
             "group_index": self.group_index,
             "is_reader": self.is_reader,
+            "storage": self._property("storage"),
+            "storage_dir": self._property("storage_dir") or None,
+            "storage_state": self._property("storage_state"),
+            "shard_bytes": int(self._property("shard_bytes")),
+            "resident_bytes": int(self._property("resident_bytes")),
+            "storage_free_bytes": int(float(self._property("storage_free_bytes"))),
         }
 
     def _property(self, key):
         """Text of libddstore's store property `key` (dds_store_property)."""
-        buf = ctypes.create_string_buffer(512)
+        buf = ctypes.create_string_buffer(4200)
         with self._h as ptr:
             rc = _c.dds_store_property(ptr, key.encode(), ctypes.addressof(buf), len(buf))
         if rc:
             self._raise(rc)
         return buf.value.decode("utf-8", "replace")
+
+    def save(self):
+        """Save a store created with ``storage_dir`` so that a later job can
+        reopen it with :meth:`open` (collective over comm): every rank's rows
+        are written to disk, a CRC-32C of every 16 MiB block of every shard
+        and the store's manifest (variables, dtypes, row counts, per-rank
+        offsets, file sizes and times, format version) are written
+        atomically. A later add/init/update makes it unsaved again until the
+        next save; a store freed unsaved takes its files with it."""
+        self._core_collective("save", _c.dds_save)
+
+    def verify_saved(self):
+        """Read every row of a store reopened with :meth:`open` and compare
+        it with the checksums saved with it (collective over comm). Returns
+        the number of bad blocks, 0 when all match; raises DDStoreError (code
+        DDS_EPROTO) on every rank naming the first bad block otherwise."""
+        self._require_core("verify_saved")
+        bad = ctypes.c_int64()
+        with self._h as ptr:
+            rc = _c.dds_verify_saved(ptr, ctypes.byref(bad))
+        if rc:
+            self._raise(rc)
+        return bad.value
 
     def names(self):
         """Names of the variables, in the order they were added."""

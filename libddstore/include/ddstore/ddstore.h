@@ -145,6 +145,9 @@ typedef struct dds_options {
                                   interface of one). NULL or "": DDSTORE_NIC_MAP, else the
                                   node's topology. DDSTORE_FABRIC_DOMAIN overrides both.
                                   Unused by method 0. See dds_store_property "domain". */
+    const char *storage_dir;   /* keep shards in files under this directory, mapped into memory
+                                  (see "File-backed stores" below); NULL: DDSTORE_STORAGE_DIR,
+                                  and NULL or "" there: shards in memory (the default) */
 } dds_options;
 
 /* Store description, filled by dds_store_info_get(). */
@@ -275,11 +278,89 @@ DDS_API int dds_store_info_get(const dds_store *store, dds_store_info *info);
  *                chosen ("DDSTORE_FABRIC_DOMAIN", "nic_map",
  *                "DDSTORE_NIC_MAP", "only", "topology", "spread"); "" for
  *                method 0.
+ *   "storage"    where this rank's shards live: "files" (a storage
+ *                directory), "node-shm" (node shared memory, /dev/shm),
+ *                "memory" (private memory), "remote" (a reader).
+ *   "storage_dir"   the group's storage directory, "" when none.
+ *   "storage_state" "memory", "written" (files not saved, or changed since
+ *                the last dds_save), "saved", "reopened" (dds_open),
+ *                "remote" (a reader).
+ *   "shard_bytes"   bytes of this rank's shards, all variables (decimal).
+ *   "resident_bytes" how many of them are in memory now (mincore; for
+ *                files, what the page cache holds), decimal.
+ *   "storage_free_bytes" room left where shards are put: the storage
+ *                directory's file system, /dev/shm, or the memory
+ *                available; -1 when unknown.
  * DDS_ERANGE when the text does not fit (buf then holds a truncated,
  * NUL-terminated prefix); DDS_EINVAL for a NULL key, or a NULL buf with
  * buflen > 0. Local; thread-safe. Since ABI 1.2 (symbol version
  * DDSTORE_1.2). */
 DDS_API int dds_store_property(const dds_store *store, const char *key, char *buf, size_t buflen);
+
+/* ---- File-backed stores ------------------------------------------------ */
+
+/* A store created with a storage directory (dds_options.storage_dir or
+ * DDSTORE_STORAGE_DIR) keeps each variable in a file there, v<i>.dds,
+ * holding its rows in global row order; each rank writes its own rows into
+ * it (dds_add, dds_update: pwrite, with dirty pages written back as it
+ * goes) and maps its rows, read-only and shared, as its shard; with node
+ * sharing on (DDSTORE_NODE_LOCAL, default) it also maps its node peers'
+ * rows, so reading them is a memcpy. Remote ranks read a file-backed shard
+ * through the transport like any other (method 0: an MPI window over the
+ * mapping; methods 1/2: the mapping registered with libfabric). The
+ * kernel's page cache decides what is in memory, so the shards may be
+ * larger than memory; the store keeps no other copy. With several groups
+ * (width < size) group k uses <storage_dir>/group<k>.
+ * The directory is made if needed (mode 0700). dds_create takes an
+ * exclusive lock on it (flock() of <dir>/lock, held until dds_free):
+ * DDS_ESTATE on every rank when another job writes it or has it reopened;
+ * DDS_ENOTSUP when its file system has no flock() (DDSTORE_STORAGE_LOCK=0
+ * goes without). It removes an earlier store's files from it, and refuses
+ * (DDS_EEXIST) a directory holding files of anything else. dds_add and
+ * dds_init fail with DDS_EIO on every rank, naming the numbers, when the
+ * directory lacks room for the variable. Versioned variables
+ * (dds_init_versioned) cannot be file-backed (DDS_ENOTSUP).
+ * dds_free removes the files of a store that was not saved (or was changed
+ * after its last dds_save); a saved store's files stay. */
+
+/* Save a file-backed store so that a later job can reopen it: write every
+ * rank's rows to disk, record a CRC-32C per 16 MiB block of every shard
+ * (<dir>/checksums) and the store's description (<dir>/manifest: format
+ * version, variables, dtypes, row counts, per-rank offsets, each file's
+ * size and time), both written atomically, the manifest last. A later
+ * dds_add/dds_init/dds_update removes the manifest until the next save.
+ * Costs one read of every shard (the checksums). DDS_ENOTSUP for a store
+ * in memory, DDS_ESTATE for a reopened one. Collective over the
+ * communicator. Since ABI 1.2 (symbol version DDSTORE_1.2). */
+DDS_API int dds_save(dds_store *store);
+
+/* Reopen the store saved in `storage_dir` over a communicator of any size:
+ * every variable is there on return, read-only (dds_add, dds_init and
+ * dds_update fail with DDS_ESTATE). No row is read or copied: each rank
+ * maps a range of the saved files (the saved layout at the same rank
+ * count, else an even split of each variable's rows), so the time does not
+ * grow with the data. `opts` as for dds_create (method, width...; NULL for
+ * defaults); opts->storage_dir must be NULL or equal storage_dir. Every
+ * group of the new store maps the same files.
+ * Errors, on every rank, naming the directory and what is wrong:
+ * DDS_ENOENT no such directory, or no manifest (never saved, writer did
+ * not finish, or written again since); DDS_EPROTO a truncated, corrupt or
+ * foreign manifest, another format version, a missing, truncated, foreign
+ * or stale variable file (changed after the save: size or time differs),
+ * or rows saved in node-local directories (a volume per node) that this
+ * job's ranks cannot map from their own node in order; DDS_EMISMATCH when
+ * ranks see different saved stores; DDS_ESTATE while another job writes
+ * the directory. Holds a shared lock on the directory until dds_free.
+ * Collective over the communicator. Since ABI 1.2. */
+DDS_API int dds_open(dds_store **out, int comm_f, const char *storage_dir, const dds_options *opts);
+
+/* Check every row of a reopened store against the checksums saved with it
+ * (reads every row once, each block on the rank that holds its first
+ * row). *bad_blocks (may be NULL) receives the number of blocks that
+ * differ, over all ranks; DDS_EPROTO on every rank when some do, naming the
+ * first (variable, rows, file), DDS_ESTATE for a store not reopened.
+ * Collective over the communicator. Since ABI 1.2. */
+DDS_API int dds_verify_saved(dds_store *store, int64_t *bad_blocks);
 
 /* ---- Variables -------------------------------------------------------- */
 

@@ -13,6 +13,7 @@ and DDSTORE_PROGRESS=1 turns the bar on.
 
 import os
 import sys
+import time
 
 from ._logging import logger
 
@@ -49,6 +50,48 @@ def wanted(progress, rank, stream=None):
         return False
 
 
+def where(store):
+    """Where `store` keeps this rank's shards, in words: ``files in DIR``,
+    ``node shared memory`` (/dev/shm) or ``memory`` (store.info()'s
+    ``storage``)."""
+    info = store.info()
+    kind = info["storage"]
+    if kind == "files":
+        return f"files in {info['storage_dir']}"
+    return {"node-shm": "node shared memory", "memory": "memory"}.get(kind, kind)
+
+
+class Residency:
+    """Shows on `bar` how much of this rank's shards is in memory (store.info()'s
+    ``resident_bytes`` of ``shard_bytes``: for files, what the page cache holds),
+    at most once a second; nothing when no bar is shown."""
+
+    def __init__(self, bar, store, every=1.0):
+        self._bar = None if isinstance(bar, _NoBar) else bar
+        self._store = store
+        self._every = every
+        self._last = 0.0
+
+    def show(self, final=False):
+        """Update the bar's note (throttled unless `final`)."""
+        now = time.monotonic()
+        if self._bar is None or (not final and now - self._last < self._every):
+            return
+        self._last = now
+        info = self._store.info()
+        self._bar.set_postfix_str(f"{_size(info['resident_bytes'])} of {_size(info['shard_bytes'])} resident",
+                                  refresh=final)
+
+
+def _size(n):
+    """Bytes in binary units, e.g. '3.2 GiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
 class _NoBar:
     """Stands in for a bar when none is shown, so the loader calls update() unconditionally."""
 
@@ -78,4 +121,4 @@ def bar(total, *, progress, rank, desc, unit="samples"):
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
 
 
-__all__ = ["ENV", "bar", "check_argument", "wanted"]
+__all__ = ["ENV", "Residency", "bar", "check_argument", "wanted", "where"]

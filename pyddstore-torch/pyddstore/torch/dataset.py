@@ -23,6 +23,8 @@ from ._storedataset import raise_agreed as _raise_agreed
 from .ragged import RaggedFields
 
 _SUPPORTED_DEVICE_TYPES_TEXT = "'cpu', 'cuda' or 'cuda:<n>'"
+# Bytes of samples per chunk when loading into files (storage_dir=) without chunk_size=.
+_FILE_CHUNK_BYTES = 64 << 20
 
 
 def _batch_get_enabled():
@@ -390,6 +392,23 @@ class _StoreDataset(StoreDataset):
         state = "freed" if self._store is None else f"{self._len} samples"
         return f"{type(self).__name__}({self._name!r}, {state}, {self._structure.describe()})"
 
+    def _attach(self, store, name, structure, where):
+        """Take dataset `name`, of sample `structure` (_read_structure), from
+        `store`, which another job stored: a method-2 reader's joined store, or
+        one reopened from its storage directory. Every field's variable must be
+        there with the structure's row size and the dataset's row count. Local;
+        the same outcome on every rank of a reopened store, which all see the
+        same variables. `where` names the store in messages."""
+        self._structure = structure
+        self._len = int(store.query(self._var_name(self._structure.keys[0])).global_rows)
+        for f in self._structure.fields:
+            q = store.query(self._var_name(f.key))
+            if q.global_rows != self._len or q.row_bytes != f.row_bytes:
+                raise DatasetStoreError(
+                    f"dataset {name!r}: variable {self._var_name(f.key)!r} has {q.global_rows} rows of "
+                    f"{q.row_bytes} bytes, expected {self._len} rows of {f.row_bytes} bytes; {where} "
+                    "holds another dataset of that name", DDS_EMISMATCH)
+
     def _init_reading(self):
         self._alloc_lock = threading.Lock()
         self._allocated = {}
@@ -459,6 +478,15 @@ class DistDataset(_StoreDataset):
         samples come back in the converted dtype. Applied after encode/fields.
       progress: keyword-only. None (default: automatic), True or False: the
         rank-0 loading progress bar described below.
+      storage_dir: keyword-only. Keep the dataset in files under this
+        directory (node-local NVMe, a burst buffer or a parallel file system),
+        mapped into memory, instead of in memory (default
+        ``DDSTORE_STORAGE_DIR``; unset: memory): the page cache decides what
+        stays in memory, so the dataset may be larger than memory. The share
+        is then loaded in chunks of about 64 MiB (unless chunk_size= says
+        otherwise), never whole, and saved when loaded, so that a later job
+        reopens it with :meth:`DistDataset.open` without the source. The
+        directory is locked while the dataset lives (docs/storage.rst).
 
     Errors while loading (a bad sample, a shape or dtype that differs between
     samples or ranks) are raised on every rank with the same message, naming
@@ -489,7 +517,7 @@ class DistDataset(_StoreDataset):
 
     def __init__(self, source, name, comm=None, ddstore_width=None, device=None, add_device=None,
                  method=None, handshake_dir=None, chunk_size=None, encode=None, decode=None,
-                 fields=None, ragged=None, *, dtypes=None, progress=None):
+                 fields=None, ragged=None, *, dtypes=None, progress=None, storage_dir=None):
         from pyddstore import PyDDStore
 
         self._store = None
@@ -535,12 +563,15 @@ class DistDataset(_StoreDataset):
         self._decode = decode
         self._len = n_total
         store = PyDDStore(comm, method=method, ddstore_width=ddstore_width,
-                          handshake_dir=handshake_dir)
+                          handshake_dir=handshake_dir, storage_dir=storage_dir)
         try:
             t0 = time.perf_counter()
             plan = _LoadPlan(source, encode=encode, fields=fields, chunk_size=chunk_size, what=what,
                              progress=progress)
-            self._load(store, comm, plan)
+            in_files = store.info()["storage"] == "files"
+            self._load(store, comm, plan, in_files)
+            if in_files:
+                store.save()  # reopenable by a later job (DistDataset.open)
             self._log_loaded(store, time.perf_counter() - t0)
             self._collective = loader_protocol.reads_in_order(store)
         except BaseException:
@@ -550,6 +581,75 @@ class DistDataset(_StoreDataset):
                 self._store = None
             raise
         self._store = store
+
+    @classmethod
+    def open(cls, storage_dir, name, comm=None, ddstore_width=None, *, device=None, method=None,
+             handshake_dir=None, decode=None):
+        """Reopen DistDataset `name` that an earlier job built with
+        ``storage_dir=`` (and so saved), without its source: collective over
+        `comm` (default MPI.COMM_WORLD), which may have any number of ranks.
+
+        Nothing is loaded or copied: each rank maps a range of the saved files
+        (pyddstore.PyDDStore.open), so the time does not grow with the dataset;
+        rows are read as from the dataset that was built, bit for bit. The
+        dataset is read-only. ddstore_width, device, method, handshake_dir,
+        decode: as for the constructor (the encode, fields= and dtypes= of the
+        job that built it were applied before it was stored).
+
+        A missing, unsaved, truncated, corrupt, foreign or stale directory, or
+        one another job is writing, raises on every rank naming the directory
+        and what is wrong (see PyDDStore.open); a directory without dataset
+        `name` raises KeyError naming the datasets it holds. The directory
+        stays locked (shared: other jobs may reopen it too) until free().
+        ``ds.ddstore.verify_saved()`` checks every row against the checksums
+        saved with it.
+
+        The two-job workflow::
+
+            # job 1, once:  DistDataset(source, "train", storage_dir="/nvme/train").free()
+            # job 2, many:  ds = DistDataset.open("/nvme/train", "train")
+        """
+        from pyddstore import PyDDStore
+
+        comm = as_comm(comm)
+        what = f"DistDataset {name!r}"
+        self = cls.__new__(cls)
+        self._store = None
+        self._name = name
+        self._init_reading()
+        err = None
+        try:
+            if not isinstance(name, str) or not name or name.endswith("/"):
+                raise ValueError(f"name must be a non-empty str not ending in '/', got {name!r}")
+            if decode is not None and not callable(decode):
+                raise TypeError("decode must be callable: decode(stored, index) -> sample")
+            self._device = _as_device(device, "device")
+        except Exception as e:  # noqa: BLE001 - agreed, then raised on every rank
+            err = e
+        _raise_agreed(comm, err, what)
+        store = PyDDStore.open(storage_dir, comm, method, ddstore_width, handshake_dir=handshake_dir)
+        err = None
+        try:
+            names = store.names()
+            if f"{name}/{st.STRUCTURE_SUFFIX}" not in names:
+                held = sorted(n[: -len(st.STRUCTURE_SUFFIX) - 1] for n in names
+                              if n.endswith("/" + st.STRUCTURE_SUFFIX))
+                raise KeyError(f"storage directory {os.fspath(storage_dir)} holds no dataset {name!r} "
+                               f"(it holds {held})")
+            self._attach(store, name, _read_structure(store, name),
+                         f"storage directory {os.fspath(storage_dir)}")
+            self._ragged = RaggedFields.from_store(store, name)
+            self._decode = decode
+            self._collective = loader_protocol.reads_in_order(store)
+        except Exception as e:  # noqa: BLE001 - agreed, then raised on every rank
+            err = e
+        try:
+            _raise_agreed(comm, err, what)
+        except BaseException:
+            store.free()
+            raise
+        self._store = store
+        return self
 
     # ---- loading ---------------------------------------------------------------
     def _prepare(self, sample, plan, index):
@@ -588,12 +688,14 @@ class DistDataset(_StoreDataset):
         keys = self._structure.keys
         local = store.query(self._var_name(keys[0])).local_rows
         row_bytes = sum(f.row_bytes for f in self._structure.fields)
-        logger.debug("%s %r: loaded %d of %d samples (%d fields, %d bytes/sample, %.1f MB here) in "
-                     "%.3f s; method %d, group %d rank %d of %d", type(self).__name__, self._name,
-                     local, self._len, len(keys), row_bytes, local * row_bytes / 1e6, seconds,
-                     store.method, store.group_index, store.group_rank, store.group_size)
+        info = store.info()
+        logger.debug("%s %r: loaded %d of %d samples (%d fields, %d bytes/sample, %.1f MB here, in %s, "
+                     "%.1f MB resident) in %.3f s; method %d, group %d rank %d of %d",
+                     type(self).__name__, self._name, local, self._len, len(keys), row_bytes,
+                     local * row_bytes / 1e6, _progress.where(store), info["resident_bytes"] / 1e6,
+                     seconds, store.method, store.group_index, store.group_rank, store.group_size)
 
-    def _load(self, store, comm, plan):
+    def _load(self, store, comm, plan, in_files=False):
         source, chunk_size, what = plan.source, plan.chunk_size, plan.what
         n = self._len
         g, gsize = store.group_rank, store.group_size
@@ -630,6 +732,9 @@ class DistDataset(_StoreDataset):
                 raise ValueError(f"{what}: field {f.key!r} has shape {f.shape} (no elements); "
                                  "drop it with fields= or encode=")
         self._structure = structure
+        if in_files and chunk_size is None:
+            # Files may hold more than memory: never the whole share at once.
+            chunk_size = max(1, _FILE_CHUNK_BYTES // max(1, sum(f.row_bytes for f in structure.fields)))
 
         # 2. This rank's share, whole or chunk by chunk.
         plan = dataclasses.replace(plan, use_range=(
@@ -641,7 +746,7 @@ class DistDataset(_StoreDataset):
             err, cols = None, None
             try:
                 bar = _progress.bar(nloc, progress=plan.progress, rank=comm.Get_rank(),
-                                    desc=f"{what} loading")
+                                    desc=f"{what} loading into {_progress.where(store)}")
                 cols = self._read_block(plan, start, stop, None, bar, first=first)
             except Exception as e:  # noqa: BLE001
                 err = e
@@ -661,7 +766,8 @@ class DistDataset(_StoreDataset):
                     for f in structure.fields}
             try:
                 bar = _progress.bar(nloc, progress=plan.progress, rank=comm.Get_rank(),
-                                    desc=f"{what} loading")
+                                    desc=f"{what} loading into {_progress.where(store)}")
+                resident = _progress.Residency(bar, store)
                 for a in range(start, stop, chunk_size):
                     b = min(a + chunk_size, stop)
                     cols = self._read_block(plan, a, b, bufs, first=first)
@@ -669,6 +775,8 @@ class DistDataset(_StoreDataset):
                         store.update(self._var_name(f.key), cols[f.key], a - start)
                     del cols
                     bar.update(b - a)
+                    resident.show()
+                resident.show(final=True)
             except Exception as e:  # noqa: BLE001
                 err = e
             finally:
@@ -753,6 +861,16 @@ class DistDataset(_StoreDataset):
         return out
 
 
+def _read_structure(store, name):
+    """The sample structure dataset `name` stored in `store` (its ``__structure__``
+    variable; one get, never collective)."""
+    meta = f"{name}/{st.STRUCTURE_SUFFIX}"
+    info = store.query(meta)
+    buf = np.empty(info.global_rows, dtype=np.uint8)
+    store.get(meta, buf, 0)
+    return st.Structure.from_json(buf.tobytes().decode())
+
+
 def _difference(a, ia, b, ib):
     """Text naming the first difference between the structures of samples ia and ib."""
     if a.container != b.container:
@@ -803,21 +921,10 @@ class DistDatasetReader(_StoreDataset):
         meta = f"{name}/{st.STRUCTURE_SUFFIX}"
         store = join(meta, handshake_dir=handshake_dir, n_core=n_core)
         try:
-            info = store.query(meta)
-            buf = np.empty(info.global_rows, dtype=np.uint8)
-            store.get(meta, buf, 0)
-            self._structure = st.Structure.from_json(buf.tobytes().decode())
+            structure = _read_structure(store, name)
+            store.join([self._var_name(f.key) for f in structure.fields])
+            self._attach(store, name, structure, "the handshake directory")
             self._store = store
-            store.join([self._var_name(f.key) for f in self._structure.fields])
-            first = self._var_name(self._structure.keys[0])
-            self._len = int(store.query(first).global_rows)
-            for f in self._structure.fields:
-                q = store.query(self._var_name(f.key))
-                if q.global_rows != self._len or q.row_bytes != f.row_bytes:
-                    raise DatasetStoreError(
-                        f"dataset {name!r}: variable {self._var_name(f.key)!r} has {q.global_rows} rows of "
-                        f"{q.row_bytes} bytes, expected {self._len} rows of {f.row_bytes} bytes; the "
-                        "handshake directory holds another dataset of that name", DDS_EMISMATCH)
         except BaseException:
             self._store = None
             store.free()
