@@ -109,6 +109,8 @@ module ddstore
     integer(c_int64_t) :: bytes_local = 0
     integer(c_int64_t) :: bytes_remote = 0
     real(c_double) :: read_seconds = 0
+    integer(c_int64_t) :: gather_requests = 0   ! since ABI 1.2
+    integer(c_int64_t) :: gather_bytes = 0
   end type dds_stats_info
 
   ! ---- functions (ddstore.h, in its order) ------------------------------------

@@ -330,6 +330,8 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
         s->fab = F;
     }
     if (rc == DDS_OK)
+        rc = dds_gather_setup(s);
+    if (rc == DDS_OK)
         rc = load_vars(s);
     dds_hs_file_clear(&f);
     if (dirfd >= 0)

@@ -126,6 +126,19 @@ typedef struct dds_transport {
      * properties "domain", "domain_choice"); NULL: none of this store's
      * own (method 0: MPI chooses). Local. */
     void (*describe_domain)(const dds_store *s, bool why, char *buf, size_t cap);
+    /* Owner-side gather (gather.c chooses when): for each owner in ops
+     * (grouped by owner, as for read), one request carrying the transfers
+     * and one reply with their bytes packed, scattered into the ops' dst;
+     * data complete on return; adds to s->st_gather_requests (requests
+     * sent) and s->st_gather_bytes (reply bytes). Where collective_reads,
+     * called by every rank of the group in a collective read, nops 0
+     * included (the rank still serves the others); else thread-safe, and
+     * the owner serves requests while it computes. NULL: no gather. */
+    int (*gather)(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded);
+    /* Whether one-sided reads are emulated in software (a request and a
+     * reply through both CPUs per operation), so that gather is better at
+     * every row size. NULL: false. Local. */
+    bool (*rma_emulated)(const dds_store *s);
 } dds_transport;
 
 DDS_HIDDEN extern const dds_transport dds_transport_rma;
@@ -167,6 +180,10 @@ struct dds_store {
 
     _Atomic uint64_t st_calls, st_rows_local, st_rows_remote, st_bytes_local, st_bytes_remote;
     _Atomic uint64_t st_read_ns;
+    _Atomic uint64_t st_gather_requests, st_gather_bytes;
+
+    int gather_mode;             /* enum dds_gather_mode (gather.c) */
+    int64_t gather_switch_bytes; /* auto: gather rows smaller than this */
 
     struct dds_storage *storage; /* shards in files under a directory, or NULL (storage.c) */
 };
@@ -262,6 +279,18 @@ DDS_HIDDEN int dds_with_window_lock(dds_store *s, int (*fn)(dds_store *, void *)
 /* Environment helpers. */
 DDS_HIDDEN const char *dds_env(const char *name);
 DDS_HIDDEN bool dds_env_flag(const char *name, bool dflt);
+
+/* ---- read protocol (gather.c) ----------------------------------------------- */
+enum dds_gather_mode { DDS_GATHER_AUTO = 0, DDS_GATHER_ALWAYS = 1, DDS_GATHER_NEVER = 2 };
+/* Parse DDSTORE_GATHER and DDSTORE_GATHER_SWITCH_BYTES into s. Core stores:
+ * collective over s->comm, checks the settings equal on every rank and
+ * returns an agreed result; readers: local. */
+DDS_HIDDEN int dds_gather_setup(dds_store *s);
+/* Whether reads of v gather at the owner (else one-sided reads); the same
+ * on every rank for the same v. collective: the read is group-collective. */
+DDS_HIDDEN bool dds_gather_chosen(const dds_store *s, const dds_var *v, bool collective);
+/* The store property "read_protocol", NUL-terminated in buf[0..cap). */
+DDS_HIDDEN void dds_gather_describe(const dds_store *s, char *buf, size_t cap);
 
 /* ---- shard memory (shard.c) and method 0 (rma.c) ---------------------------------------- */
 

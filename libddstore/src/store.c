@@ -252,6 +252,9 @@ static int create_store(dds_store **out, int comm_f, const dds_options *opts, bo
     rc = dds_agree(s->comm, rc);
     if (rc)
         goto fail;
+    rc = dds_gather_setup(s);
+    if (rc)
+        goto fail;
     /* The one place that maps a method to its transport. */
     s->tp = s->method == DDS_METHOD_MPI ? &dds_transport_rma : &dds_transport_fabric;
 
@@ -474,6 +477,8 @@ DDS_API int dds_store_property(const dds_store *s, const char *key, char *buf, s
     bool why = strcmp(key, "domain_choice") == 0;
     if (strcmp(key, "transport") == 0 && s->tp->describe)
         s->tp->describe(s, text, sizeof text);
+    else if (strcmp(key, "read_protocol") == 0)
+        dds_gather_describe(s, text, sizeof text);
     else if (why || strcmp(key, "domain") == 0) {
         if (s->tp->describe_domain)
             s->tp->describe_domain(s, why, text, sizeof text);
@@ -482,7 +487,7 @@ DDS_API int dds_store_property(const dds_store *s, const char *key, char *buf, s
                strcmp(key, "storage_free_bytes") == 0 || strcmp(key, "storage_state") == 0)
         describe_storage(s, key, text, sizeof text);
     else
-        return dds_err(DDS_ENOENT, "no store property '%s' (known: transport, domain, domain_choice, "
+        return dds_err(DDS_ENOENT, "no store property '%s' (known: transport, read_protocol, domain, domain_choice, "
                        "storage, storage_dir, storage_state, shard_bytes, resident_bytes, "
                        "storage_free_bytes)", key);
     size_t len = strlen(text);
@@ -839,6 +844,8 @@ DDS_API int dds_stats(const dds_store *s, dds_stats_info *info)
     r.bytes_local = atomic_load(&s->st_bytes_local);
     r.bytes_remote = atomic_load(&s->st_bytes_remote);
     r.read_seconds = (double)atomic_load(&s->st_read_ns) * 1e-9;
+    r.gather_requests = atomic_load(&s->st_gather_requests);
+    r.gather_bytes = atomic_load(&s->st_gather_bytes);
     memcpy(info, &r, info->size < sizeof r ? info->size : sizeof r);
     return DDS_OK;
 }
@@ -854,6 +861,8 @@ DDS_API int dds_stats_reset(dds_store *s)
     atomic_store(&s->st_bytes_local, 0);
     atomic_store(&s->st_bytes_remote, 0);
     atomic_store(&s->st_read_ns, 0);
+    atomic_store(&s->st_gather_requests, 0);
+    atomic_store(&s->st_gather_bytes, 0);
     return DDS_OK;
 }
 

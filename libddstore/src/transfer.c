@@ -1,7 +1,8 @@
 /* Transfers: one list of dds_read_op of one variable carried out.
  * Transfers from shards this process can address (its own, or a node
  * peer's in shared memory) are memcpy; the rest go to the transport (MPI RMA
- * or libfabric), grouped by owner. Below read.c and generation.c, which both
+ * or libfabric), grouped by owner, as one-sided reads or by owner-side
+ * gather (the rule: gather.c). Below read.c and generation.c, which both
  * build transfer lists. */
 #include <stdlib.h>
 #include <string.h>
@@ -53,12 +54,14 @@ int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, bool b
         else
             ops[nremote++] = op;
     }
-    int rc = DDS_OK;
-    if (nremote) {
-        rc = group_by_owner(ops, nremote, s->group_size);
-        if (rc == DDS_OK)
-            rc = s->tp->read(s, v, ops, nremote, bounded);
-    }
+    bool gather = dds_gather_chosen(s, v, bounded);
+    int rc = group_by_owner(ops, nremote, s->group_size);
+    /* A collective transport's gather runs on every rank, with rows of its
+     * own to read or not: the rank serves the others in it. */
+    if (rc == DDS_OK && gather && (nremote || s->tp->collective_reads))
+        rc = s->tp->gather(s, v, ops, nremote, bounded);
+    else if (rc == DDS_OK && nremote)
+        rc = s->tp->read(s, v, ops, nremote, bounded);
     atomic_fetch_add(&s->st_rows_local, rows_local);
     atomic_fetch_add(&s->st_rows_remote, rows_remote);
     atomic_fetch_add(&s->st_bytes_local, bytes_local);

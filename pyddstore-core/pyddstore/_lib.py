@@ -96,6 +96,9 @@ class StatsInfo(ctypes.Structure):
         ("bytes_local", ctypes.c_uint64),
         ("bytes_remote", ctypes.c_uint64),
         ("read_seconds", ctypes.c_double),
+        # since ABI 1.2
+        ("gather_requests", ctypes.c_uint64),
+        ("gather_bytes", ctypes.c_uint64),
     ]
 
 

@@ -785,7 +785,10 @@ class PyDDStore:
 
         ``info()``: a dict describing how this store moves rows, from
         libddstore: ``method``; ``transport`` (``"mpi"`` for method 0,
-        ``"libfabric:<provider>"`` for methods 1 and 2); ``node_shm`` (True
+        ``"libfabric:<provider>"`` for methods 1 and 2); ``read_protocol``
+        (how rows of other nodes are read: text starting with
+        ``"owner-side gather"``, ``"one-sided reads"`` or ``"node shared
+        memory"``, and why; see ``DDSTORE_GATHER``); ``node_shm`` (True
         when the shards of ranks on one node live in node shared memory, so
         that reading a node peer's rows is a memcpy for *every* method; the
         transport then carries only rows of other nodes;
@@ -817,6 +820,7 @@ class PyDDStore:
         return {
             "method": self.method,
             "transport": self._property("transport"),
+            "read_protocol": self._property("read_protocol"),
             "domain": self._property("domain") or None,
             "domain_choice": self._property("domain_choice") or None,
             "node_shm": bool(self._store_info.node_shm),
@@ -970,7 +974,10 @@ class PyDDStore:
 
     def stats(self):
         """Read counters since creation or reset_stats(): read_calls,
-        rows_local, rows_remote, bytes_local, bytes_remote, read_seconds."""
+        rows_local, rows_remote, bytes_local, bytes_remote, read_seconds,
+        gather_requests (owner-side gather requests sent: one per owner per
+        read that gathers, see ``info()["read_protocol"]``) and gather_bytes
+        (bytes of rows in their replies)."""
         st = _lib.StatsInfo()
         st.size = ctypes.sizeof(st)
         with self._h as ptr:
@@ -978,7 +985,8 @@ class PyDDStore:
         if rc:
             self._raise(rc)
         return {k: getattr(st, k) for k in ("read_calls", "rows_local", "rows_remote",
-                                             "bytes_local", "bytes_remote", "read_seconds")}
+                                             "bytes_local", "bytes_remote", "read_seconds",
+                                             "gather_requests", "gather_bytes")}
 
     def to_tensorboard(self, writer, step, prefix="ddstore/"):
         """Write stats() as TensorBoard scalars: ``writer.add_scalar(prefix + counter, value, step)``.

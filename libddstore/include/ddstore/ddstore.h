@@ -191,6 +191,9 @@ typedef struct dds_stats_info {
     uint64_t bytes_local;
     uint64_t bytes_remote;
     double read_seconds;    /* wall time spent inside read calls */
+    /* Since ABI 1.2: */
+    uint64_t gather_requests; /* owner-side gather requests sent (one per owner per read) */
+    uint64_t gather_bytes;    /* bytes of rows that came back in their replies */
 } dds_stats_info;
 
 /* ---- Library ---------------------------------------------------------- */
@@ -266,6 +269,9 @@ DDS_API int dds_store_info_get(const dds_store *store, dds_store_info *info);
  *   "transport"  what moves rows between nodes: "mpi" (method 0) or
  *                "libfabric:<provider>" (methods 1 and 2, readers), e.g.
  *                "libfabric:tcp;ofi_rxm".
+ *   "read_protocol"  how rows of other nodes are read (see "Read
+ *                protocol" below): text starting with "owner-side gather",
+ *                "one-sided reads" or "node shared memory".
  *   "domain"     methods 1 and 2, readers: the libfabric domain (NIC) this
  *                process opened, e.g. "cxi2", "mlx5_1", "eth0"; "" for
  *                method 0. On nodes with several NICs each process takes,
@@ -420,7 +426,20 @@ DDS_API int dds_get(dds_store *store, const char *name, void *out,
  * (see "Collective tags" above), never a hang. Where the whole group shares
  * node memory every read is a memcpy and needs no collective: a bad
  * argument fails on that rank only, and unequal numbers of calls work.
- * Methods 1 and 2: not collective, thread-safe. */
+ * Methods 1 and 2: not collective, thread-safe.
+ *
+ * Read protocol (dds_get_batch, dds_get_ranges; methods 1 and 2 also
+ * dds_get): rows of other nodes come either by owner-side gather, one
+ * request per owner per call carrying the row list and one reply with the
+ * rows packed (served by the owner's progress thread for methods 1 and 2,
+ * inside the collective read for method 0), or by one-sided reads, one
+ * operation per contiguous run of rows. DDSTORE_GATHER=auto (default)
+ * gathers where the transport emulates one-sided reads in software
+ * (libfabric tcp and shm; method 0, whose batched reads across nodes are
+ * collective anyway) and else for rows smaller than
+ * DDSTORE_GATHER_SWITCH_BYTES (default 8192); "always" and "never" force
+ * it; the settings must be alike on every rank. Store property
+ * "read_protocol" says what was chosen; dds_stats counts the requests. */
 DDS_API int dds_get_batch(dds_store *store, const char *name, void *out,
                           const int64_t *rows, int64_t nrows);
 

@@ -141,8 +141,8 @@ class StoreDataset(torch.utils.data.Dataset):
         """This process's read counters of the underlying store (PyDDStore.stats()).
 
         A dict: read_calls, rows_local, rows_remote, bytes_local, bytes_remote,
-        read_seconds, counted since the store was created or last reset
-        (``ds.ddstore.reset_stats()``). Local: not collective.
+        read_seconds, gather_requests, gather_bytes, counted since the store
+        was created or last reset (``ds.ddstore.reset_stats()``). Local: not collective.
         """
         self._check_open()
         return self._store.stats()

@@ -19,7 +19,8 @@ from pyddstore.torch import _progress
 
 N = 23  # uneven shares for 2, 3 and 4 ranks
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-COUNTERS = ["read_calls", "rows_local", "rows_remote", "bytes_local", "bytes_remote", "read_seconds"]
+COUNTERS = ["read_calls", "rows_local", "rows_remote", "bytes_local", "bytes_remote", "read_seconds",
+            "gather_requests", "gather_bytes"]
 
 
 def make(i):

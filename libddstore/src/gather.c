@@ -1,0 +1,112 @@
+/* The read protocol: one rule that says, per read, whether the rows of
+ * other nodes come by owner-side gather or by one-sided reads.
+ *
+ * A one-sided read costs one transport operation per transfer (per row of a
+ * random batch). Where the provider emulates RMA in software (libfabric tcp
+ * and shm, UCX over TCP, MPI's osc over TCP) each operation is a request and
+ * a reply through both kernels, about 20 us of CPU; on real RDMA NICs it is
+ * bounded by the NIC's message rate. Owner-side gather sends one request per
+ * owner per batch (the row list) and gets one reply with the rows packed,
+ * so the operation count scales with owners, not rows. One-sided reads stay
+ * better where bytes dominate and the NIC moves them without the owner's
+ * CPU (published switch points: 4-16 KiB per row).
+ *
+ * So, DDSTORE_GATHER=auto (the default): gather always on transports that
+ * emulate RMA (dds_transport.rma_emulated), else for rows smaller than
+ * DDSTORE_GATHER_SWITCH_BYTES (default 8192); "always" and "never" force
+ * the choice. The choice depends only on the variable and settings agreed
+ * at dds_create, so every rank of a collective read takes the same path.
+ * Transports carry the requests (dds_transport.gather). Rows of node
+ * peers are a memcpy from node shared memory under either protocol. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define DEFAULT_SWITCH_BYTES 8192
+
+static const char *mode_name(int mode)
+{
+    return mode == DDS_GATHER_ALWAYS ? "always" : mode == DDS_GATHER_NEVER ? "never" : "auto";
+}
+
+static int parse_settings(dds_store *s)
+{
+    s->gather_mode = DDS_GATHER_AUTO;
+    s->gather_switch_bytes = DEFAULT_SWITCH_BYTES;
+    const char *env = dds_env("DDSTORE_GATHER");
+    if (env) {
+        if (strcmp(env, "auto") == 0)
+            s->gather_mode = DDS_GATHER_AUTO;
+        else if (strcmp(env, "always") == 0)
+            s->gather_mode = DDS_GATHER_ALWAYS;
+        else if (strcmp(env, "never") == 0)
+            s->gather_mode = DDS_GATHER_NEVER;
+        else
+            return dds_err(DDS_EINVAL, "DDSTORE_GATHER='%s' is not one of auto, always, never", env);
+    }
+    env = dds_env("DDSTORE_GATHER_SWITCH_BYTES");
+    if (env) {
+        char *end;
+        long long n = strtoll(env, &end, 10);
+        if (end == env || *end != '\0' || n < 0)
+            return dds_err(DDS_EINVAL,
+                           "DDSTORE_GATHER_SWITCH_BYTES='%s' is not a number of bytes >= 0", env);
+        s->gather_switch_bytes = (int64_t)n;
+    }
+    return DDS_OK;
+}
+
+int dds_gather_setup(dds_store *s)
+{
+    int rc = parse_settings(s);
+    if (s->is_reader)
+        return rc;
+    /* Every rank of a collective read must choose alike: the settings are
+     * checked equal over comm (min and max of each, and any parse error). */
+    long long in[5] = { rc != DDS_OK, s->gather_mode, -(long long)s->gather_mode,
+                        (long long)s->gather_switch_bytes, -(long long)s->gather_switch_bytes };
+    long long out[5];
+    int mrc = MPI_Allreduce(in, out, 5, MPI_LONG_LONG, MPI_MAX, s->comm);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Allreduce (read protocol settings)");
+    if (rc == DDS_OK && !out[0] && (out[1] != -out[2] || out[3] != -out[4]))
+        rc = dds_err(DDS_EMISMATCH, "DDSTORE_GATHER or DDSTORE_GATHER_SWITCH_BYTES differs across "
+                                    "ranks; set them alike in every rank's environment");
+    return dds_agree(s->comm, rc);
+}
+
+bool dds_gather_chosen(const dds_store *s, const dds_var *v, bool collective)
+{
+    if (!s->tp->gather || s->gather_mode == DDS_GATHER_NEVER)
+        return false;
+    /* A transport whose batched reads are collective gathers only in them. */
+    if (s->tp->collective_reads && !collective)
+        return false;
+    if (s->gather_mode == DDS_GATHER_ALWAYS)
+        return true;
+    return (s->tp->rma_emulated && s->tp->rma_emulated(s)) || v->row_bytes < s->gather_switch_bytes;
+}
+
+void dds_gather_describe(const dds_store *s, char *buf, size_t cap)
+{
+    if (!s->is_reader && s->node_local && s->shm_enabled) {
+        snprintf(buf, cap, "node shared memory (the whole group is on one node: every read is a memcpy)");
+        return;
+    }
+    const char *single = s->tp->collective_reads ? "; dds_get: one-sided reads" : "";
+    if (!s->tp->gather)
+        snprintf(buf, cap, "one-sided reads (this transport has no gather)");
+    else if (s->gather_mode != DDS_GATHER_AUTO)
+        snprintf(buf, cap, "%s (DDSTORE_GATHER=%s)%s",
+                 s->gather_mode == DDS_GATHER_ALWAYS ? "owner-side gather" : "one-sided reads",
+                 mode_name(s->gather_mode), s->gather_mode == DDS_GATHER_ALWAYS ? single : "");
+    else if (s->tp->rma_emulated && s->tp->rma_emulated(s))
+        snprintf(buf, cap, "owner-side gather (DDSTORE_GATHER=auto: the transport moves one-sided "
+                           "reads in software)%s", single);
+    else
+        snprintf(buf, cap, "owner-side gather for rows under %lld bytes, one-sided reads from %lld "
+                           "bytes (DDSTORE_GATHER=auto, DDSTORE_GATHER_SWITCH_BYTES)%s",
+                 (long long)s->gather_switch_bytes, (long long)s->gather_switch_bytes, single);
+}
