@@ -30,6 +30,7 @@ if "--loader" in sys.argv:
 import _common as C  # noqa: E402
 from _common import COMM, RANK, SIZE, np  # noqa: E402
 
+from b5_gather_ceiling import Gather  # noqa: E402
 from pyddstore import DDStoreError, DDStoreNotSupportedError, PyDDStore  # noqa: E402
 
 CONFIGS = {
@@ -49,6 +50,10 @@ def extra(p):
     p.add_argument("--loader", action="store_true", help="run the loader part instead")
     p.add_argument("--label", default="", help="recorded with every result (e.g. 2x2, 1x4)")
     p.add_argument("--hs-dir", default=None, help="method-2 handshake directory root (shared)")
+    p.add_argument("--no-gather-ceiling", dest="gather_ceiling", action="store_false",
+                   help="leave out the mpi4py gather ceiling (b5_gather_ceiling.py)")
+    p.add_argument("--per-rank", type=int, default=0,
+                   help="--loader: samples per rank (weak scaling; default: a fixed total)")
 
 
 def topology():
@@ -182,7 +187,7 @@ def run_get(args, link, hs_root):
                 ok &= bool(np.array_equal(out, want))
             if not COMM.allreduce(ok, op=C.MPI.LAND):
                 raise SystemExit(f"B5 {rb} B: get_batch returned wrong rows")
-            del shards, want
+            del shards
             it = {"i": 0}
 
             def nxt():
@@ -191,19 +196,31 @@ def run_get(args, link, hs_root):
                 return sets[i]
 
             fns = {label: (lambda st=st: st.get_batch(name, out, nxt())) for label, st in stores.items()}
+            if args.gather_ceiling:
+                # The same batches through plain mpi4py collectives (b5_gather_ceiling.py), in the
+                # same interleaved loops: collective, so every rank runs the same number of calls.
+                gat = Gather(COMM, make_shard(RANK, rows, rb), rows)
+                out_g = np.empty((k, rb), np.uint8)
+                gat(sets[0], out_g)
+                if not COMM.allreduce(bool(np.array_equal(out_g, want)), op=C.MPI.LAND):
+                    raise SystemExit(f"B5 {rb} B: the mpi4py gather ceiling returned wrong rows")
+                fns["gather_mpi4py"] = lambda: gat(nxt(), out_g)
+            del want
             t = C.interleaved(fns, repeats, target_s, COMM)
             for v in fns:
                 agg = sum(COMM.allgather(k * rb / t[v]["s"]))
                 agg_cpu = sum(COMM.allgather(k * rb / t[v]["cpu_s"]))
+                cpu_batch = float(np.mean(COMM.allgather(t[v]["cpu_s"])))
                 results.append({
                     "bench": "B5", "part": "get_batch", "config": v, "row_bytes": rb, "k": k,
+                    "cpu_s_per_batch": cpu_batch,
                     "label": args.label, "ranks": SIZE, "hosts": len(set(hosts)),
                     "rows_per_rank": rows, "us_per_call": C.gather_stat(COMM, t[v]["s"] * 1e6)["median"],
                     "agg_bytes_per_s": agg, "agg_bytes_per_cpu_s": agg_cpu,
                     "ratio_iperf3": agg / link["iperf3_bytes_per_s"] if link else None,
                     "repeats": repeats, "iters": t[v]["n"]})
-                C.log(f"B5 {v:7s} {rb:6d} B: {results[-1]['us_per_call']:9.1f} us/call, "
-                      f"{agg / 1e6:9.1f} MB/s aggregate"
+                C.log(f"B5 {v:13s} {rb:6d} B: {results[-1]['us_per_call']:9.1f} us/call, "
+                      f"{agg / 1e6:9.1f} MB/s aggregate, {cpu_batch * 1e3:7.3f} CPU ms/batch"
                       + (f" ({results[-1]['ratio_iperf3']:.3f}x iperf3)" if link else ""))
     finally:
         for st in stores.values():
