@@ -15,7 +15,11 @@ network namespaces; --link FILE passes those figures in). Parts:
 * --loader: DistDataset + ThreadDataLoader over a global shuffle (DistributedSampler, batch
   256) of 520-byte samples (float32[128] + int64 label), samples/s per rank over one epoch of
   the rank's share, per method. bench/b5.sh runs it across the hosts and on one host (same
-  rank count) to give the across-hosts / single-host ratio.
+  rank count) to give the across-hosts / single-host ratio, and with --per-rank over 1..4
+  hosts x 2 ranks (weak scaling: samples per CPU-second per rank as the owners multiply).
+* the mpi4py gather ceiling (b5_gather_ceiling.py: per batch one Alltoallv of row indices to
+  the owners, np.take there, one Alltoallv of the rows back) on the same batches, timed in the
+  same interleaved loops as the store ("gather_mpi4py"; --no-gather-ceiling leaves it out).
 """
 
 import json
@@ -240,6 +244,8 @@ def run_loader(args, hs_root):
     # 32k samples (16 MiB of features): across hosts method 0 pays ~0.5 s per batch on a
     # loaded machine (osc/ucx over TCP), and every epoch is timed whole.
     n = (1 << 14) if args.quick else (1 << 15)
+    if args.per_rank:  # weak scaling: the same share per rank at every job size
+        n = args.per_rank * SIZE
     results, notes = [], []
     repeats = 2 if args.quick else 3
     xa = (np.arange(n * d, dtype=np.int64) % 65521).astype(np.float32).reshape(n, d)
@@ -300,8 +306,10 @@ def run_loader(args, hs_root):
                         "ranks": SIZE, "hosts": len(set(hosts)), "sample_bytes": d * 4 + 8,
                         "samples": n, "batch": batch, "samples_per_s_per_rank": rate["median"],
                         "samples_per_cpu_s_per_rank": rate_cpu["median"], "per_rank": rate["per_rank"],
-                        "epoch_s_all": times, "repeats": repeats})
-        C.log(f"B5 loader {args.label} {label:7s}: {rate['median'] / 1e3:9.1f}k samples/s per rank")
+                        "epoch_s_all": times, "cpu_s_all": cpus, "repeats": repeats,
+                        "per_rank_samples": n_local})
+        C.log(f"B5 loader {args.label} {label:7s}: {rate['median'] / 1e3:9.1f}k samples/s per rank, "
+              f"{rate_cpu['median'] / 1e3:9.1f}k samples per CPU-second per rank")
         loader.close()
         ds.free()
     return results, notes
