@@ -21,7 +21,8 @@
 #   4. the loader (DistDataset + ThreadDataLoader, 520 B samples, global shuffle) across 2 hosts
 #      and on 1 host with the same 4 ranks          -> DIR/b5_loader_2x2.json, b5_loader_1x4.json
 #   5. weak scaling of the loader over 1, 2, 3, 4 hosts x 2 ranks, the same samples per rank
-#      (B5_WEAK_HOSTS, default "1 2 3 4"; 2 hosts reuses part 4's run)  -> DIR/b5_weak_Nx2.json
+#      (B5_WEAK_HOSTS, default "1 2 3 4"; B5_WEAK_CONFIGS, default "m0 m1_tcp m2_tcp"; 2 hosts
+#      reuses part 4's run)                                             -> DIR/b5_weak_Nx2.json
 # plus DIR/b5_link.json. Without root or without the simulator it writes b5_link.json with the
 # reason, and report.py shows B5 as not measured.
 #
@@ -209,8 +210,7 @@ run2 2 2 600 --loader --per-rank $per_rank --out "$out/b5_loader_2x2.json" --lab
 run2 1 4 600 --loader --per-rank $per_rank --out "$out/b5_loader_1x4.json" --label 1x4 $quick
 
 # 5. Weak scaling: 1..4 hosts x 2 ranks, the same samples per rank (2 hosts: part 4's run).
-weak_cfg=(m0 m1_tcp m2_tcp)
-[ -n "$quick" ] && read -r -a weak_cfg <<<"${B5_WEAK_QUICK_CONFIGS:-m1_tcp}"
+read -r -a weak_cfg <<<"${B5_WEAK_CONFIGS:-m0 m1_tcp m2_tcp}"
 for h in $weak_hosts; do
   [ "$h" = 2 ] && continue
   run2 "$h" 2 600 --loader --per-rank $per_rank --configs "${weak_cfg[@]}" \
