@@ -32,7 +32,7 @@
 # Environment: DDS_CLUSTER_NAME (default b5) and DDS_CLUSTER_SUBNET (default 10.213.115.0/24)
 # name this run's instance, so it coexists with others; DDS_CLUSTER_DIR: the simulator's
 # scripts (default tests/cluster of this checkout); PYTHON as in run.sh. DIR must not be under
-# /tmp or /dev/shm (each simulated host has its own).
+# /tmp or /dev/shm (each simulated host has its own) unless it is inside this checkout.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -70,7 +70,12 @@ not_measured() {
 "$cl/cluster.sh" check >/dev/null 2>&1 || not_measured "network namespaces cannot be made here"
 command -v iperf3 >/dev/null || not_measured "iperf3 is not installed (Debian package iperf3)"
 
-case "$out/" in /tmp/*|/dev/shm/*) not_measured "--out $out is under /tmp or /dev/shm, which each simulated host has its own of: use /var/tmp/..." ;; esac
+# The hosts see the checkout (cluster.sh binds it back even from /tmp), but not the rest of
+# this machine's /tmp and /dev/shm: each host has its own.
+case "$out/" in
+  "$root"/*) ;;
+  /tmp/*|/dev/shm/*) not_measured "--out $out is under /tmp or /dev/shm, which each simulated host has its own of: use /var/tmp/..." ;;
+esac
 weak_hosts="${B5_WEAK_HOSTS:-1 2 3 4}"
 nh_max=2
 for h in $weak_hosts; do [ "$h" -gt "$nh_max" ] && nh_max=$h; done
