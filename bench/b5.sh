@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
-# B5: remote reads across simulated hosts, beside the link's own limits measured in the same run.
+# B5: remote reads across simulated hosts, beside the link's own limits and the gather
+# ceilings measured in the same run (issue 24).
 #
 #   bench/b5.sh [--quick] [--out DIR]
 #
-# Brings up 2 simulated hosts (tests/cluster/cluster.sh: network namespaces on a bridge;
-# needs root), measures the link between them with iperf3 (one TCP stream each way, before
-# and after the store runs) and fi_pingpong (libfabric tcp, 64 KiB messages), then runs
-# bench/b5_remote.py with 2 hosts x 2 ranks (remote-only get_batch for 64 B .. 64 KiB rows,
-# methods 0, 1 and 2, with the contiguous-read ceilings of each transport) and the loader part
-# across the 2 hosts and on 1 host with the same 4 ranks. Writes DIR/b5.json,
-# DIR/b5_loader_2x2.json, DIR/b5_loader_1x4.json and DIR/b5_link.json (default
-# bench/results). Without root or without the simulator it writes b5_link.json with the reason,
-# and report.py shows B5 as not measured.
+# Brings up 4 simulated hosts (tests/cluster/cluster.sh: network namespaces on a bridge;
+# needs root; torn down on every exit), measures the link between hosts 1 and 2 with iperf3
+# (one TCP stream each way, before and after the runs) and fi_pingpong (libfabric tcp, 64 KiB
+# messages), then, all with 2 ranks per host:
+#   1. bench/b5_remote.py, 2 hosts x 2 ranks, Open MPI: remote-only get_batch of K=256 random
+#      rows held on the other host (64 B .. 64 KiB), methods 0, 1 and 2 (tcp), interleaved with
+#      the mpi4py gather ceiling (b5_gather_ceiling.py) on the same batches; wall time, MB/s and
+#      CPU seconds per batch                                           -> DIR/b5.json
+#   2. the same for method 0 (and 1) under MPICH, where build-mpich/ and the MPICH mpi4py venv
+#      exist (bash ci/mpich.sh --build makes them; B5_MPICH=build makes them here, B5_MPICH=0
+#      skips)                                                          -> DIR/b5_mpich.json
+#   3. the bare C ceilings (bench/b5c, built with mpicc into build-b5c/): libfabric tcp;ofi_rxm
+#      with one request and one reply per owner per batch, and MPI Alltoallv of indices + rows
+#      (Open MPI; MPICH too where mpicc.mpich exists)                  -> DIR/b5_c.json
+#   4. the loader (DistDataset + ThreadDataLoader, 520 B samples, global shuffle) across 2 hosts
+#      and on 1 host with the same 4 ranks          -> DIR/b5_loader_2x2.json, b5_loader_1x4.json
+#   5. weak scaling of the loader over 1, 2, 3, 4 hosts x 2 ranks, the same samples per rank
+#      (B5_WEAK_HOSTS, default "1 2 3 4"; B5_WEAK_CONFIGS, default "m0 m1_tcp m2_tcp"; 2 hosts
+#      reuses part 4's run)                                             -> DIR/b5_weak_Nx2.json
+# plus DIR/b5_link.json. Without root or without the simulator it writes b5_link.json with the
+# reason, and report.py shows B5 as not measured.
 #
+# Open MPI runs with the settings docs/clusters.rst gives for TCP networks (OMPI_MCA_osc=sm,ucx,
+# UCX_TLS=tcp,self) and OMPI_MCA_mpi_yield_when_idle=1 (ranks waiting in MPI give up the core:
+# without it the gather ceiling crawls on a machine with fewer cores than busy threads).
 # Environment: DDS_CLUSTER_NAME (default b5) and DDS_CLUSTER_SUBNET (default 10.213.115.0/24)
 # name this run's instance, so it coexists with others; DDS_CLUSTER_DIR: the simulator's
-# scripts (default tests/cluster of this checkout); PYTHON as in run.sh.
+# scripts (default tests/cluster of this checkout); PYTHON as in run.sh. DIR must not be under
+# /tmp or /dev/shm (each simulated host has its own) unless it is inside this checkout.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -25,7 +42,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick="--quick" ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "b5.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -53,8 +70,18 @@ not_measured() {
 "$cl/cluster.sh" check >/dev/null 2>&1 || not_measured "network namespaces cannot be made here"
 command -v iperf3 >/dev/null || not_measured "iperf3 is not installed (Debian package iperf3)"
 
-"$cl/cluster.sh" up 2 >&2
+# The hosts see the checkout (cluster.sh binds it back even from /tmp), but not the rest of
+# this machine's /tmp and /dev/shm: each host has its own.
+case "$out/" in
+  "$root"/*) ;;
+  /tmp/*|/dev/shm/*) not_measured "--out $out is under /tmp or /dev/shm, which each simulated host has its own of: use /var/tmp/..." ;;
+esac
+weak_hosts="${B5_WEAK_HOSTS:-1 2 3 4}"
+nh_max=2
+for h in $weak_hosts; do [ "$h" -gt "$nh_max" ] && nh_max=$h; done
 trap '"$cl/cluster.sh" down >/dev/null 2>&1 || true' EXIT
+trap 'exit 130' INT TERM HUP # the EXIT trap tears the hosts down on these too
+"$cl/cluster.sh" up "$nh_max" >&2
 ip2="$("$cl/host-exec" 2 hostname -I | awk '{print $1}')"
 ip1="$("$cl/host-exec" 1 hostname -I | awk '{print $1}')"
 secs=3; [ -n "$quick" ] && secs=1
@@ -98,17 +125,102 @@ EOF
 # (MPI_ERR_WIN); osc/ucx over UCX's tcp transport can, with osc/sm for the node's shared
 # windows (docs/clusters.rst). UCX's sm and cma transports are left out: the simulated hosts
 # share one kernel, so UCX would take them for one node and read across them through shared
-# memory, which no real pair of hosts would do.
+# memory, which no real pair of hosts would do. yield_when_idle: see the head of this file.
 export OMPI_MCA_osc="${OMPI_MCA_osc:-sm,ucx}" UCX_TLS="${UCX_TLS:-tcp,self}"
+export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
 status=0
 run2() { # run2 NHOSTS PPN TIMEOUT ARGS...: b5_remote.py over the simulated hosts
   local nh=$1 ppn=$2 t=$3; shift 3
+  echo "b5: [$(date +%T)] b5_remote.py $nh hosts x $ppn ranks $*" >&2
   timeout -k 10 "$t" "$cl/ompi-run" "$nh" "$ppn" -- "$py" bench/b5_remote.py "$@" || {
     echo "b5: b5_remote.py $* failed or timed out" >&2; status=1; }
 }
+note_json() { # note_json FILE REASON: a result file that only says why it was not measured
+  echo "b5: not measured: $2" >&2
+  "$py" -c 'import json, sys; json.dump({"bench": "B5", "not_measured": sys.argv[2]}, open(sys.argv[1], "w"))' "$1" "$2"
+}
+
+# 1. get_batch, Open MPI, methods 0/1/2 and the mpi4py gather ceiling.
 run2 2 2 900 --out "$out/b5.json" --link "$out/b5_link.json" --label 2x2 $quick
-run2 2 2 600 --loader --out "$out/b5_loader_2x2.json" --label 2x2 $quick
-run2 1 4 600 --loader --out "$out/b5_loader_1x4.json" --label 1x4 $quick
+
+# 2. Method 0 under MPICH (its own libddstore build and mpi4py). UCX_TLS=tcp,self as for Open
+# MPI, so that its reads cross the bridge (docs/clusters.rst: with it Debian's MPICH 4.0.2 hangs
+# in MPI_Finalize now and then; the results are written before, and the timeout ends it).
+mvenv="${PYDDSTORE_MPICH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/pyddstore/mpich-venv}"
+mlib="$root/build-mpich/subprojects/libddstore/libddstore.so"
+mpich_mode="${B5_MPICH:-auto}"
+if [ "$mpich_mode" = build ] && command -v mpiexec.mpich >/dev/null && { [ ! -f "$mlib" ] || [ ! -x "$mvenv/bin/python" ]; }; then
+  echo "b5: building libddstore and mpi4py for MPICH (ci/mpich.sh --build)" >&2
+  timeout -k 10 1500 bash ci/mpich.sh --build >&2 || echo "b5: ci/mpich.sh --build failed" >&2
+fi
+if [ "$mpich_mode" = 0 ]; then
+  note_json "$out/b5_mpich.json" "MPICH left out (B5_MPICH=0)"
+elif ! command -v mpiexec.mpich >/dev/null; then
+  note_json "$out/b5_mpich.json" "MPICH is not installed (bash ci/mpich.sh --build installs and builds it)"
+elif [ ! -f "$mlib" ]; then
+  note_json "$out/b5_mpich.json" "no libddstore built for MPICH at build-mpich/ (bash ci/mpich.sh --build, or B5_MPICH=build)"
+elif [ ! -x "$mvenv/bin/python" ]; then
+  note_json "$out/b5_mpich.json" "no mpi4py built for MPICH at $mvenv (bash ci/mpich.sh --build, or B5_MPICH=build)"
+else
+  echo "b5: [$(date +%T)] b5_remote.py under MPICH, 2 hosts x 2 ranks" >&2
+  timeout -k 10 600 env PYDDSTORE_LIBRARY="$mlib" PYTHONPATH="$root/bench:$root/pyddstore-core:$root/pyddstore-torch" \
+    "$cl/mpich-run" 2 2 -- "$mvenv/bin/python" bench/b5_remote.py --configs m0 m1_tcp \
+    --out "$out/b5_mpich.json" --link "$out/b5_link.json" --label 2x2-mpich $quick ||
+    echo "b5: b5_remote.py under MPICH failed or timed out (results kept if written)" >&2
+  [ -f "$out/b5_mpich.json" ] || note_json "$out/b5_mpich.json" "the MPICH run wrote no results (see the log)"
+fi
+
+# 3. Bare C ceilings: the least a program can do per batch on the same transports.
+csecs=2; ctime=240
+[ -n "$quick" ] && csecs=0.5 ctime=90
+cbuild="$root/build-b5c"
+build_c() { # build_c MPICC DIR [fabric]: compile the ceilings; 1 if it cannot
+  mkdir -p "$2" && "$1" -O2 -o "$2/b5c_mpi" bench/b5c/b5c_mpi.c || return 1
+  [ -z "${3:-}" ] || "$1" -O2 -o "$2/b5c_fabric" bench/b5c/b5c_fabric.c \
+    $(pkg-config --cflags --libs libfabric) -lpthread
+}
+: > "$out/b5_c.jsonl"
+cnotes=()
+runc() { # runc LAUNCHER LABEL PROG: run a C ceiling on 2 hosts x 2 ranks, keep its JSON lines
+  echo "b5: [$(date +%T)] C ceiling $2" >&2
+  local txt
+  local skip=0; [ "$1" = mpich-run ] && skip=1 # MPICH over UCX tcp may hang in MPI_Finalize
+  txt="$(B5C_SKIP_FINALIZE=$skip timeout -k 10 "$ctime" "$cl/$1" 2 2 -- "$3" --seconds "$csecs" $quick)" ||
+    { echo "b5: C ceiling $2 failed or timed out" >&2; cnotes+=("$2: failed or timed out"); }
+  grep '^{' <<<"$txt" | sed "s/^{/{\"mpi\": \"${1%-run}\", /" >> "$out/b5_c.jsonl" || true
+}
+if build_c mpicc "$cbuild" fabric; then
+  runc ompi-run "libfabric tcp;ofi_rxm request/reply" "$cbuild/b5c_fabric"
+  runc ompi-run "MPI Alltoallv (Open MPI)" "$cbuild/b5c_mpi"
+else
+  cnotes+=("the C ceilings did not build with mpicc (pkg-config libfabric)")
+fi
+if command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null && [ "$mpich_mode" != 0 ]; then
+  if build_c mpicc.mpich "$cbuild-mpich"; then
+    runc mpich-run "MPI Alltoallv (MPICH)" "$cbuild-mpich/b5c_mpi"
+  else
+    cnotes+=("the MPI C ceiling did not build with mpicc.mpich")
+  fi
+fi
+"$py" - "$out/b5_c.jsonl" "$out/b5_c.json" ${cnotes[@]+"${cnotes[@]}"} <<'EOF'
+import json, os, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+json.dump({"bench": "B5", "results": rows, "notes": sys.argv[3:]}, open(sys.argv[2], "w"), indent=1)
+os.unlink(sys.argv[1])
+EOF
+
+# 4. The loader across 2 hosts and on 1 host with the same 4 ranks.
+per_rank=8192; [ -n "$quick" ] && per_rank=4096
+run2 2 2 600 --loader --per-rank $per_rank --out "$out/b5_loader_2x2.json" --label 2x2 $quick
+run2 1 4 600 --loader --per-rank $per_rank --out "$out/b5_loader_1x4.json" --label 1x4 $quick
+
+# 5. Weak scaling: 1..4 hosts x 2 ranks, the same samples per rank (2 hosts: part 4's run).
+read -r -a weak_cfg <<<"${B5_WEAK_CONFIGS:-m0 m1_tcp m2_tcp}"
+for h in $weak_hosts; do
+  [ "$h" = 2 ] && continue
+  run2 "$h" 2 600 --loader --per-rank $per_rank --configs "${weak_cfg[@]}" \
+    --out "$out/b5_weak_${h}x2.json" --label "${h}x2" $quick
+done
 
 # The link again after the runs: the machine's load may have changed meanwhile.
 b12="$(iperf 1 "$ip2")"

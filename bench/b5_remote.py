@@ -15,7 +15,11 @@ network namespaces; --link FILE passes those figures in). Parts:
 * --loader: DistDataset + ThreadDataLoader over a global shuffle (DistributedSampler, batch
   256) of 520-byte samples (float32[128] + int64 label), samples/s per rank over one epoch of
   the rank's share, per method. bench/b5.sh runs it across the hosts and on one host (same
-  rank count) to give the across-hosts / single-host ratio.
+  rank count) to give the across-hosts / single-host ratio, and with --per-rank over 1..4
+  hosts x 2 ranks (weak scaling: samples per CPU-second per rank as the owners multiply).
+* the mpi4py gather ceiling (b5_gather_ceiling.py: per batch one Alltoallv of row indices to
+  the owners, np.take there, one Alltoallv of the rows back) on the same batches, timed in the
+  same interleaved loops as the store ("gather_mpi4py"; --no-gather-ceiling leaves it out).
 """
 
 import json
@@ -30,6 +34,7 @@ if "--loader" in sys.argv:
 import _common as C  # noqa: E402
 from _common import COMM, RANK, SIZE, np  # noqa: E402
 
+from b5_gather_ceiling import Gather  # noqa: E402
 from pyddstore import DDStoreError, DDStoreNotSupportedError, PyDDStore  # noqa: E402
 
 CONFIGS = {
@@ -49,6 +54,10 @@ def extra(p):
     p.add_argument("--loader", action="store_true", help="run the loader part instead")
     p.add_argument("--label", default="", help="recorded with every result (e.g. 2x2, 1x4)")
     p.add_argument("--hs-dir", default=None, help="method-2 handshake directory root (shared)")
+    p.add_argument("--no-gather-ceiling", dest="gather_ceiling", action="store_false",
+                   help="leave out the mpi4py gather ceiling (b5_gather_ceiling.py)")
+    p.add_argument("--per-rank", type=int, default=0,
+                   help="--loader: samples per rank (weak scaling; default: a fixed total)")
 
 
 def topology():
@@ -182,7 +191,7 @@ def run_get(args, link, hs_root):
                 ok &= bool(np.array_equal(out, want))
             if not COMM.allreduce(ok, op=C.MPI.LAND):
                 raise SystemExit(f"B5 {rb} B: get_batch returned wrong rows")
-            del shards, want
+            del shards
             it = {"i": 0}
 
             def nxt():
@@ -191,19 +200,31 @@ def run_get(args, link, hs_root):
                 return sets[i]
 
             fns = {label: (lambda st=st: st.get_batch(name, out, nxt())) for label, st in stores.items()}
+            if args.gather_ceiling:
+                # The same batches through plain mpi4py collectives (b5_gather_ceiling.py), in the
+                # same interleaved loops: collective, so every rank runs the same number of calls.
+                gat = Gather(COMM, make_shard(RANK, rows, rb), rows)
+                out_g = np.empty((k, rb), np.uint8)
+                gat(sets[0], out_g)
+                if not COMM.allreduce(bool(np.array_equal(out_g, want)), op=C.MPI.LAND):
+                    raise SystemExit(f"B5 {rb} B: the mpi4py gather ceiling returned wrong rows")
+                fns["gather_mpi4py"] = lambda: gat(nxt(), out_g)
+            del want
             t = C.interleaved(fns, repeats, target_s, COMM)
             for v in fns:
                 agg = sum(COMM.allgather(k * rb / t[v]["s"]))
                 agg_cpu = sum(COMM.allgather(k * rb / t[v]["cpu_s"]))
+                cpu_batch = float(np.mean(COMM.allgather(t[v]["cpu_s"])))
                 results.append({
                     "bench": "B5", "part": "get_batch", "config": v, "row_bytes": rb, "k": k,
+                    "cpu_s_per_batch": cpu_batch,
                     "label": args.label, "ranks": SIZE, "hosts": len(set(hosts)),
                     "rows_per_rank": rows, "us_per_call": C.gather_stat(COMM, t[v]["s"] * 1e6)["median"],
                     "agg_bytes_per_s": agg, "agg_bytes_per_cpu_s": agg_cpu,
                     "ratio_iperf3": agg / link["iperf3_bytes_per_s"] if link else None,
                     "repeats": repeats, "iters": t[v]["n"]})
-                C.log(f"B5 {v:7s} {rb:6d} B: {results[-1]['us_per_call']:9.1f} us/call, "
-                      f"{agg / 1e6:9.1f} MB/s aggregate"
+                C.log(f"B5 {v:13s} {rb:6d} B: {results[-1]['us_per_call']:9.1f} us/call, "
+                      f"{agg / 1e6:9.1f} MB/s aggregate, {cpu_batch * 1e3:7.3f} CPU ms/batch"
                       + (f" ({results[-1]['ratio_iperf3']:.3f}x iperf3)" if link else ""))
     finally:
         for st in stores.values():
@@ -223,6 +244,8 @@ def run_loader(args, hs_root):
     # 32k samples (16 MiB of features): across hosts method 0 pays ~0.5 s per batch on a
     # loaded machine (osc/ucx over TCP), and every epoch is timed whole.
     n = (1 << 14) if args.quick else (1 << 15)
+    if args.per_rank:  # weak scaling: the same share per rank at every job size
+        n = args.per_rank * SIZE
     results, notes = [], []
     repeats = 2 if args.quick else 3
     xa = (np.arange(n * d, dtype=np.int64) % 65521).astype(np.float32).reshape(n, d)
@@ -283,8 +306,10 @@ def run_loader(args, hs_root):
                         "ranks": SIZE, "hosts": len(set(hosts)), "sample_bytes": d * 4 + 8,
                         "samples": n, "batch": batch, "samples_per_s_per_rank": rate["median"],
                         "samples_per_cpu_s_per_rank": rate_cpu["median"], "per_rank": rate["per_rank"],
-                        "epoch_s_all": times, "repeats": repeats})
-        C.log(f"B5 loader {args.label} {label:7s}: {rate['median'] / 1e3:9.1f}k samples/s per rank")
+                        "epoch_s_all": times, "cpu_s_all": cpus, "repeats": repeats,
+                        "per_rank_samples": n_local})
+        C.log(f"B5 loader {args.label} {label:7s}: {rate['median'] / 1e3:9.1f}k samples/s per rank, "
+              f"{rate_cpu['median'] / 1e3:9.1f}k samples per CPU-second per rank")
         loader.close()
         ds.free()
     return results, notes

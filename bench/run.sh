@@ -110,8 +110,9 @@ if "$py" -c "import torch_geometric" >/dev/null 2>&1; then
 else
   echo "bench: torch_geometric not installed: B6 skipped" >&2
 fi
-# B5: remote reads across 2 simulated hosts (needs root and tests/cluster; otherwise it
-# records why it was not measured).
+# B5: remote reads across simulated hosts (issue 24: store, mpi4py and C gather ceilings,
+# MPICH where built, loader weak scaling over 1-4 hosts; needs root and tests/cluster;
+# otherwise it records why it was not measured). --out must not be under /tmp.
 bash bench/b5.sh --out "$out" $quick || echo "bench: B5 failed (see above)" >&2
 
 # B8: file-backed stores (storage_dir=, issue 28), on a disk: the working set in the page
