@@ -38,6 +38,7 @@ def env(**kw):
 
 
 def gather_store(comm, **settings):
+    settings.setdefault("DDSTORE_GATHER", "auto")
     with env(**settings):
         s = make_store(comm)
     if comm.Get_size() < 2 or not s.info()["reads_collective"]:
