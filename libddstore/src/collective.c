@@ -67,31 +67,42 @@ static int timed_out(dds_store *s, int kind, const char *what)
                    what);
 }
 
-/* Wait for n requests until the store's deadline. Spins first (the common
- * case is a peer a few microseconds late), then yields, then sleeps, so a
- * rank that waits long leaves the CPU to the others while still driving MPI
- * progress (which its peers' reads may need). */
+/* Wait for n requests until the store's deadline, without spinning: a
+ * few polls first (the common case is a peer a few microseconds late),
+ * then polls with sched_yield() for up to 1 ms (any other runnable thread
+ * of the core runs first), then sleeps that double from 8 us to 256 us
+ * between polls. Ranks often share cores with each other and with loader
+ * and compute threads (issue 24: MPI ranks spinning on a node with fewer
+ * cores than busy threads moved 5 MB/s where the same exchange with
+ * yielding waits moved 99 MB/s), and a rank waits long for a peer that is
+ * computing; it still drives MPI progress at every poll (its peers' reads
+ * and exchanges may need it). Measured with 2 ranks on one host
+ * (DDSTORE_NODE_LOCAL=0, 256 rows of 64 B a gather read): sleeping from
+ * the start made a read 2-3x slower than yielding first. */
 int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const char *what)
 {
     uint64_t t0 = dds_now_ns();
-    for (;;) {
+    long sleep_ns = 8000;
+    for (int polls = 0;; polls++) {
         int done = 0;
         int mrc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
         if (mrc != MPI_SUCCESS)
             return dds_err_mpi(mrc, "MPI_Testall (collective step)");
         if (done)
             return DDS_OK;
+        if (polls < 16)
+            continue;
         uint64_t waited = dds_now_ns() - t0;
         if (s->coll_timeout_ns && waited > s->coll_timeout_ns)
             return timed_out(s, kind, what);
-        if (waited < 200000) {
-            continue;
-        } else if (waited < 20000000) {
+        if (waited < 1000000) {
             sched_yield();
-        } else {
-            struct timespec ts = { 0, 200000 };
-            nanosleep(&ts, NULL);
+            continue;
         }
+        struct timespec ts = { 0, sleep_ns };
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 256000)
+            sleep_ns *= 2;
     }
 }
 
@@ -174,21 +185,26 @@ static int spread_error(dds_store *s, int rc, int failing)
     return dds_err(code, "rank %d: %s", world, msg);
 }
 
-int dds_step(dds_store *s, int kind, int rc, bool *served)
+int dds_step_val(dds_store *s, int kind, int rc, bool *served, int64_t *val)
 {
     if (served)
         *served = false;
+    int64_t mine = val ? *val : 0;
+    if (val)
+        *val = 0;
     if (s->broken)
         return dds_err(DDS_ESTATE, "an earlier collective call of this store timed out (its ranks "
                                    "are out of step); the store cannot be used any more");
-    /* [k] = 1 when some rank is in a call of kind k; the last entry names
-     * the lowest failing rank (group_size - rank, 0 when none failed). One
-     * MPI_MAX allreduce serves every kind of call, so any two of them match. */
-    int in[DDS_COLL_NKINDS + 1] = { 0 }, out[DDS_COLL_NKINDS + 1];
+    /* [k] = 1 when some rank is in a call of kind k; then the lowest failing
+     * rank (group_size - rank, 0 when none failed), then the caller's value.
+     * One MPI_MAX allreduce serves every kind of call, so any two of them
+     * match. */
+    int64_t in[DDS_COLL_NKINDS + 2] = { 0 }, out[DDS_COLL_NKINDS + 2];
     in[kind] = 1;
     in[DDS_COLL_NKINDS] = rc == DDS_OK ? 0 : s->group_size - s->group_rank;
+    in[DDS_COLL_NKINDS + 1] = mine;
     MPI_Request req;
-    int mrc = MPI_Iallreduce(in, out, DDS_COLL_NKINDS + 1, MPI_INT, MPI_MAX, s->group, &req);
+    int mrc = MPI_Iallreduce(in, out, DDS_COLL_NKINDS + 2, MPI_INT64_T, MPI_MAX, s->group, &req);
     if (mrc != MPI_SUCCESS)
         return dds_err_mpi(mrc, "MPI_Iallreduce (collective step)");
     int wrc = dds_wait_bounded(s, 1, &req, kind,
@@ -199,12 +215,16 @@ int dds_step(dds_store *s, int kind, int rc, bool *served)
         s->coll_reads++;
     int kinds = 0;
     for (int k = 0; k < DDS_COLL_NKINDS; k++)
-        kinds += out[k];
-    int failing = out[DDS_COLL_NKINDS] ? s->group_size - out[DDS_COLL_NKINDS] : -1;
+        kinds += (int)out[k];
+    int failing = out[DDS_COLL_NKINDS] ? s->group_size - (int)out[DDS_COLL_NKINDS] : -1;
+    /* The value stands only where the step succeeds everywhere. */
+    if (val && failing < 0)
+        *val = out[DDS_COLL_NKINDS + 1];
     if (kinds > 1) {
         if (kinds == 2 && out[DDS_COLL_READ] && out[DDS_COLL_FREE]) {
-            /* free() meets reads: the freeing ranks have just served them;
-             * the readers' result stands as if every rank had read. */
+            /* free() meets reads: the freeing ranks serve them (with the
+             * value, the caller learns what the read needs of them); the
+             * readers' result stands as if every rank had read. */
             if (kind == DDS_COLL_FREE) {
                 s->coll_reads++;
                 *served = true;
@@ -212,6 +232,8 @@ int dds_step(dds_store *s, int kind, int rc, bool *served)
             int arc = failing >= 0 ? spread_error(s, rc, failing) : DDS_OK;
             return kind == DDS_COLL_FREE ? DDS_OK : arc;
         }
+        if (val)
+            *val = 0;
         if (kind == DDS_COLL_READ)
             s->coll_reads--; /* name the read by its number, not after it */
         int drc = describe_mismatch(s, kind);
@@ -220,6 +242,11 @@ int dds_step(dds_store *s, int kind, int rc, bool *served)
         return drc;
     }
     return failing >= 0 ? spread_error(s, rc, failing) : DDS_OK;
+}
+
+int dds_step(dds_store *s, int kind, int rc, bool *served)
+{
+    return dds_step_val(s, kind, rc, served, NULL);
 }
 
 /* ---- plain agreement --------------------------------------------------------

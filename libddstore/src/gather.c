@@ -25,6 +25,12 @@
 #include "internal.h"
 
 #define DEFAULT_SWITCH_BYTES 8192
+/* Rounds of a collective gather (method 0): up to this many bytes of
+ * replies per rank per round, so the exchange buffers stay bounded by
+ * a few MiB however large a batch is (upstream DDStore measured 2 MiB
+ * rounds; 4 MiB amortises the three collectives of a round further). */
+#define DEFAULT_ROUND_BYTES (4 << 20)
+#define MAX_ROUND_BYTES (1 << 30)
 
 static const char *mode_name(int mode)
 {
@@ -45,6 +51,16 @@ static int parse_settings(dds_store *s)
             s->gather_mode = DDS_GATHER_NEVER;
         else
             return dds_err(DDS_EINVAL, "DDSTORE_GATHER='%s' is not one of auto, always, never", env);
+    }
+    s->gather_round_bytes = DEFAULT_ROUND_BYTES;
+    env = dds_env("DDSTORE_GATHER_ROUND_BYTES");
+    if (env) {
+        char *end;
+        long long n = strtoll(env, &end, 10);
+        if (end == env || *end != '\0' || n < 1 || n > MAX_ROUND_BYTES)
+            return dds_err(DDS_EINVAL, "DDSTORE_GATHER_ROUND_BYTES='%s' is not a number of bytes "
+                                       "from 1 to %d", env, MAX_ROUND_BYTES);
+        s->gather_round_bytes = (int64_t)n;
     }
     env = dds_env("DDSTORE_GATHER_SWITCH_BYTES");
     if (env) {
@@ -109,4 +125,34 @@ void dds_gather_describe(const dds_store *s, char *buf, size_t cap)
         snprintf(buf, cap, "owner-side gather for rows under %lld bytes, one-sided reads from %lld "
                            "bytes (DDSTORE_GATHER=auto, DDSTORE_GATHER_SWITCH_BYTES)%s",
                  (long long)s->gather_switch_bytes, (long long)s->gather_switch_bytes, single);
+}
+
+bool dds_gather_possible(const dds_store *s)
+{
+    return s->tp->gather && s->gather_mode != DDS_GATHER_NEVER;
+}
+
+int64_t dds_gather_round_cap(const dds_store *s)
+{
+    /* An owner replies to at most group_size - 1 ranks per round, each
+     * reply its reader's cap plus an 8-byte status: all of them must fit
+     * an int of bytes (MPI counts and displacements). Each rank may cap
+     * its own rounds differently: the step agrees on the largest count. */
+    int64_t cap = s->gather_round_bytes;
+    int64_t fit = (int64_t)(INT32_MAX / (s->group_size > 1 ? s->group_size : 1)) - 64;
+    return cap < fit ? cap : fit;
+}
+
+size_t dds_gather_round_end(const dds_store *s, const dds_read_op *ops, size_t n, size_t start)
+{
+    int64_t cap = dds_gather_round_cap(s), bytes = 0, request = 0;
+    size_t i = start;
+    while (i < n) {
+        if (i > start && (bytes + ops[i].len > cap || request + 16 > cap))
+            break;
+        bytes += ops[i].len;
+        request += 16;
+        i++;
+    }
+    return i;
 }

@@ -184,6 +184,13 @@ struct dds_store {
 
     int gather_mode;             /* enum dds_gather_mode (gather.c) */
     int64_t gather_switch_bytes; /* auto: gather rows smaller than this */
+    int64_t gather_round_bytes;  /* collective gather: reply bytes per rank per round (gather.c) */
+    /* Collective gather (method 0): the rounds of exchange the current
+     * collective read's step agreed on, set by read.c before tp->gather
+     * (collective reads are made from one thread), and the private
+     * communicator of the exchange (rma_gather.c; MPI_COMM_NULL if none). */
+    int64_t gather_rounds;
+    MPI_Comm gather_comm;
 
     struct dds_storage *storage; /* shards in files under a directory, or NULL (storage.c) */
 };
@@ -264,6 +271,11 @@ enum dds_coll_kind {
  * `served` may be NULL when kind is not DDS_COLL_FREE. Collective over
  * s->group (collective.c). */
 DDS_HIDDEN int dds_step(dds_store *s, int kind, int rc, bool *served);
+/* dds_step() that also reduces one value with MPI_MAX over the group: in,
+ * this rank's *val (ranks without one pass 0); out, the maximum where the
+ * step succeeds (also on ranks in free() that it serves: *served), else 0.
+ * Method-0 gather reads carry their number of exchange rounds in it. */
+DDS_HIDDEN int dds_step_val(dds_store *s, int kind, int rc, bool *served, int64_t *val);
 /* Complete n requests, driving MPI progress, within s->coll_timeout_ns;
  * DDS_ETIMEDOUT (store marked broken) naming `what` was waited for. */
 DDS_HIDDEN int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const char *what);
@@ -291,6 +303,22 @@ DDS_HIDDEN int dds_gather_setup(dds_store *s);
 DDS_HIDDEN bool dds_gather_chosen(const dds_store *s, const dds_var *v, bool collective);
 /* The store property "read_protocol", NUL-terminated in buf[0..cap). */
 DDS_HIDDEN void dds_gather_describe(const dds_store *s, char *buf, size_t cap);
+/* Whether some read of s may gather (the transport has gather and it is
+ * not DDSTORE_GATHER=never): collective reads then agree on the exchange
+ * in their step, before it (read.c). */
+DDS_HIDDEN bool dds_gather_possible(const dds_store *s);
+/* Rounds of a collective gather (the transport's gather and read.c count
+ * them alike): ops, grouped by owner and none longer than
+ * dds_gather_round_cap(s) bytes, are taken in order, a round ending before
+ * the op that would take its rows past the cap or its request (16 bytes a
+ * transfer) past it. The end (exclusive) of the round starting at
+ * ops[start] (start < n). */
+DDS_HIDDEN size_t dds_gather_round_end(const dds_store *s, const dds_read_op *ops, size_t n,
+                                       size_t start);
+/* Reply bytes of one rank per round: DDSTORE_GATHER_ROUND_BYTES, lowered
+ * so that an owner's replies of one round to the whole group fit MPI's int
+ * counts and displacements. */
+DDS_HIDDEN int64_t dds_gather_round_cap(const dds_store *s);
 
 /* ---- shard memory (shard.c) and method 0 (rma.c) ---------------------------------------- */
 
@@ -303,6 +331,14 @@ DDS_HIDDEN void dds_shard_release(dds_store *s, dds_var *v);
 /* Make local writes to v visible: MPI_Win_sync on its windows, the shared-
  * memory one of every method and method 0's RMA window (local). */
 DDS_HIDDEN int dds_rma_sync_local(dds_store *s, dds_var *v);
+/* Method-0 owner-side gather (rma_gather.c), the gather operations of
+ * dds_transport_rma: open makes the private communicator of the exchange
+ * (collective over s->group, agreed; leaves nothing open on failure),
+ * close frees it (a no-op without one). */
+DDS_HIDDEN int dds_rma_gather_open(dds_store *s);
+DDS_HIDDEN void dds_rma_gather_close(dds_store *s);
+DDS_HIDDEN int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded);
+DDS_HIDDEN bool dds_rma_emulated(const dds_store *s);
 /* Decide whether shards live in node shared memory (DDSTORE_NODE_LOCAL,
  * default on, and the MPI can allocate shared windows); sets
  * s->shm_enabled. Collective over s->comm; returns an agreed result. */
@@ -421,6 +457,14 @@ DDS_HIDDEN int dds_gen_write(dds_store *s, dds_var *v, dds_var *gen, const void 
  * may be reordered. bounded: as for dds_transport.read. Not collective;
  * data complete on return. */
 DDS_HIDDEN int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, bool bounded);
+/* The first half of dds_read_ops: copy what this process can address
+ * (its shard, node peers' in shared memory), count the read in the stats,
+ * and leave the rest in ops[0..*nremote), grouped by owner (transfer.c). */
+DDS_HIDDEN int dds_read_split(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, size_t *nremote);
+/* A rank in dds_free() served a collective read (dds_step_val: *served)
+ * whose step agreed on `rounds` rounds of gather exchange: take part in
+ * them with nothing to read (read.c). */
+DDS_HIDDEN int dds_read_serve(dds_store *s, int64_t rounds);
 
 /* Serialise page-protection changes of shards with dds_shard_write()
  * (protect.c), and open (writable) / close (read-only) this rank's pages

@@ -152,11 +152,91 @@ DDS_API int dds_get(dds_store *s, const char *name, void *out, int64_t start, in
     return rc;
 }
 
+/* Split transfers longer than a gather round (get_ranges over large
+ * ranges), so that every round of the exchange is bounded. */
+static int split_for_rounds(dds_store *s, dds_var *v, op_list *l, size_t n, size_t *nsplit)
+{
+    int64_t cap = dds_gather_round_cap(s);
+    size_t extra = 0;
+    for (size_t i = 0; i < n; i++)
+        if (l->ops[i].len > cap)
+            extra += (size_t)((l->ops[i].len - 1) / cap);
+    *nsplit = n;
+    if (!extra)
+        return DDS_OK;
+    int rc = ops_reserve(l, n + extra, v->name);
+    if (rc)
+        return rc;
+    /* From the end, so that each op is moved before its slot is reused. */
+    size_t j = n + extra;
+    for (size_t i = n; i-- > 0;) {
+        dds_read_op op = l->ops[i];
+        int64_t pieces = (op.len + cap - 1) / cap;
+        for (int64_t k = pieces; k-- > 0;) {
+            int64_t off = k * cap;
+            int64_t len = op.len - off < cap ? op.len - off : cap;
+            l->ops[--j] = (dds_read_op){ .owner = op.owner, .src_offset = op.src_offset + off,
+                                         .len = len, .dst = op.dst + off };
+        }
+    }
+    *nsplit = l->n = n + extra;
+    return DDS_OK;
+}
+
+/* A collective read of a store where reads may gather (method 0 unless
+ * DDSTORE_GATHER=never). What this rank can address is copied and rows
+ * read one-sided (versioned variables) are read first; then the read's
+ * step, which also agrees on the number of gather exchange rounds (the
+ * largest any rank needs: 0 when nobody gathers); then every rank of the
+ * group, whether it gathers, read nothing or had bad arguments, takes
+ * part in the rounds, serving the others. One-sided reads complete before
+ * the step, so the step keeps their targets in MPI until they are done,
+ * as finish_collective does: no trailing step is needed. */
+static int gather_read(dds_store *s, dds_var *v, op_list *l, int rc)
+{
+    int64_t rounds = 0;
+    size_t ng = 0;
+    dds_var *gen = NULL;
+    if (rc == DDS_OK && l->n)
+        rc = dds_gen_of(s, v, &gen);
+    bool gathers = rc == DDS_OK && l->n && !gen && dds_gather_chosen(s, v, true);
+    if (gathers) {
+        size_t nremote = 0;
+        rc = dds_read_split(s, v, l->ops, l->n, &nremote);
+        if (rc == DDS_OK)
+            rc = split_for_rounds(s, v, l, nremote, &ng);
+        for (size_t i = 0; rc == DDS_OK && i < ng; i = dds_gather_round_end(s, l->ops, ng, i))
+            rounds++;
+    } else if (rc == DDS_OK && l->n) {
+        rc = execute(s, v, l, true);
+    }
+    rc = dds_step_val(s, DDS_COLL_READ, rc, NULL, &rounds);
+    if (rc == DDS_OK && rounds > 0) {
+        s->gather_rounds = rounds;
+        rc = s->tp->gather(s, gathers ? v : NULL, l->ops, gathers ? ng : 0, true);
+    }
+    return rc;
+}
+
+int dds_read_serve(dds_store *s, int64_t rounds)
+{
+    if (rounds <= 0)
+        return DDS_OK;
+    s->gather_rounds = rounds;
+    return s->tp->gather(s, NULL, NULL, 0, true);
+}
+
 /* Shared end of get_batch and get_ranges: run the transfers when the
  * arguments were good, then complete group-collectively (a rank whose
  * arguments were bad still takes part, so none waits for it). */
 static int batched_read_finish(dds_store *s, dds_var *v, op_list *l, bool live, int rc, uint64_t t0)
 {
+    if (live && dds_reads_collective(s) && dds_gather_possible(s)) {
+        rc = gather_read(s, v, l, rc);
+        free(l->ops);
+        read_end(s, t0);
+        return rc;
+    }
     if (rc == DDS_OK && l->n)
         rc = execute(s, v, l, dds_reads_collective(s));
     free(l->ops);

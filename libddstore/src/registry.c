@@ -108,7 +108,7 @@ dds_store *dds_store_alloc(void)
     if (!s)
         return NULL;
     s->magic = DDS_STORE_MAGIC;
-    s->comm = s->group = s->node = MPI_COMM_NULL;
+    s->comm = s->group = s->node = s->gather_comm = MPI_COMM_NULL;
     pthread_rwlock_init(&s->vars_lock, NULL);
     return s;
 }

@@ -8,7 +8,9 @@
  * an MPI with asynchronous progress.
  *
  * Shard memory (dds_shard_alloc/release, the shared-memory probe) is in
- * shard.c; the method-0 transport table, dds_transport_rma, is at the end. */
+ * shard.c; owner-side gather (the default for collective reads) in
+ * rma_gather.c; the method-0 transport table, dds_transport_rma, is at the
+ * end. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,9 +79,16 @@ static int rma_probe(dds_store *s)
  * node shared memory (the condition of rma_map_shard's MPI_Win_create). */
 static int rma_open(dds_store *s)
 {
-    if (s->group_size > 1 && !(s->node_local && s->shm_enabled))
-        return rma_probe(s);
+    if (s->group_size > 1 && !(s->node_local && s->shm_enabled)) {
+        int rc = rma_probe(s);
+        return rc ? rc : dds_rma_gather_open(s);
+    }
     return DDS_OK;
+}
+
+static void rma_close(dds_store *s)
+{
+    dds_rma_gather_close(s);
 }
 
 /* Window bases are aligned to this many bytes. A file-backed shard starts
@@ -303,7 +312,7 @@ const dds_transport dds_transport_rma = {
     .page_shards = false,
     .collective_reads = true,
     .open = rma_open,
-    .close = NULL,
+    .close = rma_close,
     .map_shard = rma_map_shard,
     .expose = NULL,  /* the window made by map_shard exposes the shard */
     .release = NULL, /* dds_shard_release frees the window with the memory */
@@ -312,4 +321,7 @@ const dds_transport dds_transport_rma = {
     .register_recv = NULL, /* MPI registers (or copies) what it needs per call */
     .unregister_recv = NULL,
     .describe = rma_describe,
+    .describe_domain = NULL,
+    .gather = dds_rma_gather,      /* rma_gather.c: collective exchange in the read */
+    .rma_emulated = dds_rma_emulated,
 };

@@ -357,8 +357,12 @@ DDS_API int dds_free(dds_store *s)
         /* Ranks that read more batches than this one are finished first:
          * each step that meets their reads serves one of them. */
         bool served = true;
-        while (served && rc == DDS_OK)
-            rc = dds_step(s, DDS_COLL_FREE, DDS_OK, &served);
+        while (served && rc == DDS_OK) {
+            int64_t rounds = 0; /* of a gather read it serves: this rank answers requests */
+            rc = dds_step_val(s, DDS_COLL_FREE, DDS_OK, &served, &rounds);
+            if (rc == DDS_OK && served)
+                rc = dds_read_serve(s, rounds);
+        }
         if (rc && !s->broken) {
             dds_store_track(s, true); /* out of step, not freed: free it again later */
             return rc;

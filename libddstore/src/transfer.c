@@ -34,9 +34,9 @@ static int group_by_owner(dds_read_op *ops, size_t n, int group_size)
     return DDS_OK;
 }
 
-int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, bool bounded)
+int dds_read_split(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, size_t *nremote)
 {
-    size_t nremote = 0;
+    size_t n = 0;
     uint64_t rows_local = 0, rows_remote = 0, bytes_local = 0, bytes_remote = 0;
     int self = s->is_reader ? -1 : s->group_rank;
     for (size_t i = 0; i < nops; i++) {
@@ -52,19 +52,25 @@ int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, bool b
         if (peer)
             memcpy(op.dst, peer + op.src_offset, (size_t)op.len);
         else
-            ops[nremote++] = op;
+            ops[n++] = op;
     }
-    bool gather = dds_gather_chosen(s, v, bounded);
-    int rc = group_by_owner(ops, nremote, s->group_size);
-    /* A collective transport's gather runs on every rank, with rows of its
-     * own to read or not: the rank serves the others in it. */
-    if (rc == DDS_OK && gather && (nremote || s->tp->collective_reads))
-        rc = s->tp->gather(s, v, ops, nremote, bounded);
-    else if (rc == DDS_OK && nremote)
-        rc = s->tp->read(s, v, ops, nremote, bounded);
     atomic_fetch_add(&s->st_rows_local, rows_local);
     atomic_fetch_add(&s->st_rows_remote, rows_remote);
     atomic_fetch_add(&s->st_bytes_local, bytes_local);
     atomic_fetch_add(&s->st_bytes_remote, bytes_remote);
-    return rc;
+    *nremote = n;
+    return group_by_owner(ops, n, s->group_size);
+}
+
+int dds_read_ops(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, bool bounded)
+{
+    size_t nremote;
+    int rc = dds_read_split(s, v, ops, nops, &nremote);
+    if (rc || !nremote)
+        return rc;
+    /* A collective transport gathers after the read's collective step,
+     * which agrees on the exchange (read.c): never from here. */
+    if (!s->tp->collective_reads && dds_gather_chosen(s, v, bounded))
+        return s->tp->gather(s, v, ops, nremote, bounded);
+    return s->tp->read(s, v, ops, nremote, bounded);
 }

@@ -431,8 +431,11 @@ DDS_API int dds_get(dds_store *store, const char *name, void *out,
  * Read protocol (dds_get_batch, dds_get_ranges; methods 1 and 2 also
  * dds_get): rows of other nodes come either by owner-side gather, one
  * request per owner per call carrying the row list and one reply with the
- * rows packed (served by the owner's progress thread for methods 1 and 2,
- * inside the collective read for method 0), or by one-sided reads, one
+ * rows packed (served by the owner's progress thread for methods 1 and 2;
+ * for method 0 inside the collective read, after its agreement step, by
+ * every rank of the group, also one in dds_free() that meets the read, in
+ * rounds of at most DDSTORE_GATHER_ROUND_BYTES of rows per rank), or by
+ * one-sided reads, one
  * operation per contiguous run of rows. DDSTORE_GATHER=auto (default)
  * gathers where the transport emulates one-sided reads in software
  * (libfabric tcp and shm; method 0, whose batched reads across nodes are

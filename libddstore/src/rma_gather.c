@@ -1,0 +1,347 @@
+/* Method 0 owner-side gather: the rows of other nodes of a collective read
+ * come by two-sided exchange, one request and one reply per owner, instead
+ * of one MPI_Get per row.
+ *
+ * Why here and why collective: method-0 batched reads across nodes are
+ * already group-collective (read.c: the MPIs in use serve a passive-target
+ * get only while the target is inside MPI), so every rank of the group is
+ * in the read anyway and a bounded all-to-all exchange costs no extra
+ * synchronisation. The read's step (dds_step_val) comes first: it still
+ * detects ranks in different calls and agrees on argument errors, and it
+ * agrees on the number of rounds, so that every rank, also one with
+ * nothing to read or one in dds_free() that meets the read, takes part in
+ * each round and serves the others.
+ *
+ * A round, on a private duplicate of the group communicator (so nothing of
+ * the exchange can match the store's own steps):
+ *   1. MPI_Ialltoall of per-peer request headers: transfers asked of that
+ *      owner, and the index of the variable in the store's table (the same
+ *      on every rank: variables are added collectively, in one order);
+ *   2. MPI_Ialltoallv of the transfers, (byte offset in the owner's shard,
+ *      length) pairs;
+ *   3. each owner checks the transfers against its shard and copies them
+ *      into one send buffer, an 8-byte status ahead of each reader's rows;
+ *      MPI_Ialltoallv of the replies into the reader's bounce buffer, which
+ *      is then scattered into the transfers' destinations.
+ * A round carries at most DDSTORE_GATHER_ROUND_BYTES (4 MiB) of rows and
+ * of requests per reader (dds_gather_round_end), so buffers stay bounded
+ * however large the batch. Every wait is dds_wait_bounded: it sleeps
+ * between polls (no spinning) and gives up at the collective timeout.
+ *
+ * Failures: the reader's own shortage of memory makes it ask for nothing
+ * (and fail its read); an owner that refuses a transfer (outside its
+ * shard: a bug) says so in the reply's status and that reader fails. An
+ * MPI error, or an owner short of memory mid-exchange, leaves the group's
+ * collectives out of step: the store is marked broken, and the peers stop
+ * at the collective timeout instead of hanging. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int dds_rma_gather_open(dds_store *s)
+{
+    int mrc = MPI_Comm_dup(s->group, &s->gather_comm);
+    int rc = DDS_OK;
+    if (mrc == MPI_SUCCESS)
+        MPI_Comm_set_errhandler(s->gather_comm, MPI_ERRORS_RETURN);
+    else {
+        s->gather_comm = MPI_COMM_NULL;
+        rc = dds_err_mpi(mrc, "MPI_Comm_dup (gather communicator)");
+    }
+    rc = dds_agree(s->group, rc);
+    if (rc)
+        dds_rma_gather_close(s);
+    return rc;
+}
+
+void dds_rma_gather_close(dds_store *s)
+{
+    if (s->gather_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->gather_comm);
+    s->gather_comm = MPI_COMM_NULL;
+}
+
+/* MPI does not say whether MPI_Get is offloaded to the NIC, and method 0's
+ * batched reads across nodes are group-collective anyway, so the exchange
+ * costs no extra synchronisation: gather at every row size. */
+bool dds_rma_emulated(const dds_store *s)
+{
+    (void)s;
+    return true;
+}
+
+typedef struct gx {
+    int n;
+    int64_t *hdr_out, *hdr_in; /* 2n each: {transfers, variable index} per peer */
+    int *scount, *sdisp, *rcount, *rdisp, *pos; /* n each */
+    int64_t *rbytes;           /* n: bytes of rows asked of each owner this round */
+    unsigned char *counted;    /* n: owner already counted in st_gather_requests */
+    int64_t *pairs_out, *pairs_in;
+    size_t pairs_in_cap;
+    char *reply_out, *reply_in;
+    size_t reply_out_cap;
+} gx;
+
+static void gx_free(gx *g)
+{
+    free(g->hdr_out);
+    free(g->scount);
+    free(g->rbytes);
+    free(g->counted);
+    free(g->pairs_out);
+    free(g->pairs_in);
+    free(g->reply_out);
+    free(g->reply_in);
+}
+
+/* Out of step for good: this rank leaves the exchange early. */
+static int broken(dds_store *s, int rc)
+{
+    s->broken = true;
+    return rc;
+}
+
+static int wait_one(dds_store *s, MPI_Request *req)
+{
+    return dds_wait_bounded(s, 1, req, DDS_COLL_READ,
+                            "the other ranks of its group in a gather exchange (method 0)");
+}
+
+static int grow(void **p, size_t *cap, size_t want)
+{
+    if (want <= *cap)
+        return 0;
+    size_t n = want > *cap * 2 ? want : *cap * 2;
+    void *q = realloc(*p, n);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* The owner's half of step 3: rows asked by peer p, after its status. */
+static int64_t serve_peer(dds_store *s, const int64_t *pairs, int64_t npairs, int64_t vidx, char *out)
+{
+    int64_t status = DDS_OK;
+    char *rows = out + 8;
+    int64_t total = 0;
+    pthread_rwlock_rdlock(&s->vars_lock);
+    dds_var *v = vidx >= 0 && vidx < s->nvars ? s->vars[vidx] : NULL;
+    int64_t shard = v ? v->local_rows * v->row_bytes : 0;
+    for (int64_t k = 0; k < npairs; k++) {
+        int64_t off = pairs[2 * k], len = pairs[2 * k + 1];
+        if (!v || off < 0 || len < 0 || off > shard || len > shard - off) {
+            status = DDS_ERANGE;
+            memset(rows + total, 0, (size_t)(len > 0 ? len : 0));
+        } else {
+            memcpy(rows + total, v->base + off, (size_t)len);
+        }
+        total += len > 0 ? len : 0;
+    }
+    pthread_rwlock_unlock(&s->vars_lock);
+    memcpy(out, &status, sizeof status);
+    return total;
+}
+
+int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
+{
+    (void)bounded; /* always a collective read: bounded by the store's timeout */
+    if (s->gather_comm == MPI_COMM_NULL)
+        return broken(s, dds_err(DDS_ESTATE, "method 0: no gather communicator for a collective read"));
+    int n = s->group_size;
+    int rc = DDS_OK;
+    gx g = { .n = n };
+    g.hdr_out = malloc(4 * (size_t)n * sizeof *g.hdr_out);
+    g.scount = malloc(5 * (size_t)n * sizeof *g.scount);
+    g.rbytes = malloc((size_t)n * sizeof *g.rbytes);
+    g.counted = calloc((size_t)n, 1);
+    if (!g.hdr_out || !g.scount || !g.rbytes || !g.counted) {
+        gx_free(&g);
+        return broken(s, dds_err(DDS_ENOMEM, "out of memory for a gather exchange of %d ranks", n));
+    }
+    g.hdr_in = g.hdr_out + 2 * n;
+    g.sdisp = g.scount + n;
+    g.rcount = g.scount + 2 * n;
+    g.rdisp = g.scount + 3 * n;
+    g.pos = g.scount + 4 * n;
+
+    /* The reader's buffers, sized for its largest round. */
+    int64_t vidx = -1;
+    if (nops) {
+        size_t most_ops = 0;
+        int64_t most_bytes = 0;
+        for (size_t i = 0; i < nops;) {
+            size_t end = dds_gather_round_end(s, ops, nops, i);
+            int64_t bytes = 0;
+            int owners = 0;
+            for (size_t k = i; k < end; k++) {
+                bytes += ops[k].len;
+                owners += k == i || ops[k].owner != ops[k - 1].owner;
+            }
+            bytes += 8 * (int64_t)owners;
+            if (end - i > most_ops)
+                most_ops = end - i;
+            if (bytes > most_bytes)
+                most_bytes = bytes;
+            i = end;
+        }
+        g.pairs_out = malloc(2 * most_ops * sizeof *g.pairs_out);
+        g.reply_in = malloc((size_t)most_bytes);
+        pthread_rwlock_rdlock(&s->vars_lock);
+        for (int64_t i = 0; i < s->nvars; i++)
+            if (s->vars[i] == v)
+                vidx = i;
+        pthread_rwlock_unlock(&s->vars_lock);
+        if (!g.pairs_out || !g.reply_in || vidx < 0) {
+            /* Ask for nothing, still serve the others. */
+            rc = vidx < 0 ? dds_err(DDS_ESTATE, "variable '%s' is not in the store's table", v->name)
+                          : dds_err(DDS_ENOMEM, "variable '%s': out of memory for gather buffers "
+                                                "(%lld bytes)", v->name, (long long)most_bytes);
+            nops = 0;
+        }
+    }
+
+    size_t cursor = 0;
+    for (int64_t round = 0; round < s->gather_rounds; round++) {
+        size_t start = cursor, end = cursor < nops ? dds_gather_round_end(s, ops, nops, cursor) : cursor;
+        cursor = end;
+
+        /* 1. headers: transfers asked of each owner, and of which variable. */
+        for (int p = 0; p < n; p++) {
+            g.hdr_out[2 * p] = 0;
+            g.hdr_out[2 * p + 1] = vidx;
+            g.rbytes[p] = 0;
+        }
+        for (size_t i = start; i < end; i++) {
+            g.hdr_out[2 * ops[i].owner]++;
+            g.rbytes[ops[i].owner] += ops[i].len;
+        }
+        MPI_Request req;
+        int mrc = MPI_Ialltoall(g.hdr_out, 2, MPI_INT64_T, g.hdr_in, 2, MPI_INT64_T, s->gather_comm, &req);
+        if (mrc != MPI_SUCCESS) {
+            rc = broken(s, dds_err_mpi(mrc, "MPI_Ialltoall (gather requests)"));
+            break;
+        }
+        int wrc = wait_one(s, &req);
+        if (wrc) {
+            rc = wrc;
+            break;
+        }
+
+        /* 2. the transfers, (offset, length) per pair. */
+        int off = 0;
+        for (int p = 0; p < n; p++) {
+            g.scount[p] = (int)(2 * g.hdr_out[2 * p]);
+            g.sdisp[p] = g.pos[p] = off;
+            off += g.scount[p];
+        }
+        for (size_t i = start; i < end; i++) {
+            int p = ops[i].owner;
+            g.pairs_out[g.pos[p]++] = ops[i].src_offset;
+            g.pairs_out[g.pos[p]++] = ops[i].len;
+        }
+        int64_t in_total = 0;
+        bool bad = false;
+        for (int p = 0; p < n; p++) {
+            int64_t c = g.hdr_in[2 * p];
+            if (c < 0 || c > INT_MAX / 2 || in_total > INT_MAX - 2 * c)
+                bad = true;
+            g.rcount[p] = bad ? 0 : (int)(2 * c);
+            g.rdisp[p] = (int)in_total;
+            in_total += g.rcount[p];
+        }
+        if (bad) {
+            rc = broken(s, dds_err(DDS_EOVERFLOW, "gather exchange: rank %d was asked for more "
+                                   "transfers in one round than MPI counts can hold", s->rank));
+            break;
+        }
+        if (grow((void **)&g.pairs_in, &g.pairs_in_cap, (size_t)in_total * sizeof(int64_t) + 16)) {
+            rc = broken(s, dds_err(DDS_ENOMEM, "out of memory for %lld gather requests",
+                                   (long long)in_total / 2));
+            break;
+        }
+        mrc = MPI_Ialltoallv(g.pairs_out, g.scount, g.sdisp, MPI_INT64_T, g.pairs_in, g.rcount, g.rdisp,
+                             MPI_INT64_T, s->gather_comm, &req);
+        if (mrc != MPI_SUCCESS) {
+            rc = broken(s, dds_err_mpi(mrc, "MPI_Ialltoallv (gather requests)"));
+            break;
+        }
+        if ((wrc = wait_one(s, &req))) {
+            rc = wrc;
+            break;
+        }
+
+        /* 3. the owner gathers each reader's rows behind a status; replies. */
+        int64_t out_total = 0;
+        for (int p = 0; p < n; p++) {
+            int64_t c = g.hdr_in[2 * p], bytes = 0;
+            for (int64_t k = 0; k < c; k++) {
+                int64_t len = g.pairs_in[g.rdisp[p] + 2 * k + 1];
+                bytes += len > 0 && len <= INT_MAX ? len : 0;
+            }
+            int64_t size = c ? 8 + bytes : 0;
+            if (size > INT_MAX || out_total > INT_MAX - size)
+                bad = true;
+            g.scount[p] = bad ? 0 : (int)size;
+            g.sdisp[p] = (int)out_total;
+            out_total += g.scount[p];
+        }
+        if (bad) {
+            rc = broken(s, dds_err(DDS_EOVERFLOW, "gather exchange: rank %d was asked for more "
+                                   "bytes in one round than MPI counts can hold", s->rank));
+            break;
+        }
+        if (grow((void **)&g.reply_out, &g.reply_out_cap, (size_t)out_total + 8)) {
+            rc = broken(s, dds_err(DDS_ENOMEM, "out of memory for %lld bytes of gather replies",
+                                   (long long)out_total));
+            break;
+        }
+        for (int p = 0; p < n; p++)
+            if (g.hdr_in[2 * p])
+                serve_peer(s, g.pairs_in + g.rdisp[p], g.hdr_in[2 * p], g.hdr_in[2 * p + 1],
+                           g.reply_out + g.sdisp[p]);
+        int64_t expect = 0;
+        for (int p = 0; p < n; p++) {
+            g.rcount[p] = g.hdr_out[2 * p] ? (int)(8 + g.rbytes[p]) : 0;
+            g.rdisp[p] = (int)expect;
+            expect += g.rcount[p];
+        }
+        mrc = MPI_Ialltoallv(g.reply_out, g.scount, g.sdisp, MPI_BYTE, g.reply_in, g.rcount, g.rdisp,
+                             MPI_BYTE, s->gather_comm, &req);
+        if (mrc != MPI_SUCCESS) {
+            rc = broken(s, dds_err_mpi(mrc, "MPI_Ialltoallv (gather replies)"));
+            break;
+        }
+        if ((wrc = wait_one(s, &req))) {
+            rc = wrc;
+            break;
+        }
+
+        /* Scatter the replies into the transfers' destinations. */
+        for (int p = 0; p < n; p++) {
+            if (!g.hdr_out[2 * p])
+                continue;
+            int64_t status;
+            memcpy(&status, g.reply_in + g.rdisp[p], sizeof status);
+            if (status != DDS_OK && rc == DDS_OK)
+                rc = dds_err((int)status, "variable '%s': rank %d refused a gather request (a "
+                             "transfer outside its shard)", v->name, s->group_index * s->width + p);
+            g.pos[p] = g.rdisp[p] + 8;
+            if (!g.counted[p]) {
+                g.counted[p] = 1;
+                atomic_fetch_add(&s->st_gather_requests, 1);
+            }
+            atomic_fetch_add(&s->st_gather_bytes, (uint64_t)g.rbytes[p]);
+        }
+        for (size_t i = start; i < end; i++) {
+            int p = ops[i].owner;
+            memcpy(ops[i].dst, g.reply_in + g.pos[p], (size_t)ops[i].len);
+            g.pos[p] += (int)ops[i].len;
+        }
+    }
+    gx_free(&g);
+    return rc;
+}

@@ -1,0 +1,208 @@
+"""Method-0 owner-side gather (issue 24): collective reads exchange one
+request and one reply per owner, in bounded rounds, instead of one MPI_Get
+per row.
+
+Runs where method-0 batched reads are collective (DDSTORE_NODE_LOCAL=0, or
+a group across nodes) with at least 2 ranks; skipped elsewhere. The read
+protocol settings are read at store creation, so each test sets them in
+os.environ (alike on every rank) around its store.
+"""
+import contextlib
+import os
+
+import numpy as np
+import pytest
+
+import pyddstore
+from pyddstore import DDStoreError
+
+from core_helpers import METHOD, make_store
+
+pytestmark = pytest.mark.skipif(METHOD != 0, reason="method 0 only")
+
+ROW_SIZES = (1, 24, 4096)
+
+
+@contextlib.contextmanager
+def env(**kw):
+    old = {k: os.environ.get(k) for k in kw}
+    os.environ.update({k: str(v) for k, v in kw.items()})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def gather_store(comm, **settings):
+    settings.setdefault("DDSTORE_GATHER", "auto")
+    with env(**settings):
+        s = make_store(comm)
+    if comm.Get_size() < 2 or not s.info()["reads_collective"]:
+        s.free()
+        pytest.skip("method-0 reads are not collective here (set DDSTORE_NODE_LOCAL=0)")
+    return s
+
+
+def add_rows(s, comm, name, row_bytes, salt=0):
+    """Shards of unequal sizes (one rank of four holds none); returns every row."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    counts = [(37 * (r + 1) + salt) % 61 + (0 if r == 2 else 5) for r in range(size)]
+    if size > 2:
+        counts[2] = 0
+    rng = np.random.default_rng(1000 * salt + 7)
+    every = rng.integers(0, 256, size=(sum(counts), row_bytes), dtype=np.uint8)
+    lo = sum(counts[:rank])
+    s.add(name, np.ascontiguousarray(every[lo:lo + counts[rank]]))
+    return every, counts
+
+
+def remote_owners(s, counts, rows):
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    owners = np.searchsorted(offsets, rows, side="right") - 1
+    return len(set(owners.tolist()) - {s.group_rank})
+
+
+@pytest.mark.parametrize("row_bytes", ROW_SIZES)
+def test_batches_bit_exact_and_counted(comm, row_bytes):
+    s = gather_store(comm)
+    try:
+        assert s.info()["read_protocol"].startswith("owner-side gather")
+        every, counts = add_rows(s, comm, "g", row_bytes)
+        rng = np.random.default_rng(comm.Get_rank() + 11)
+        for k in range(6):
+            n = int(rng.integers(0, 300)) if k else 0
+            rows = rng.integers(0, len(every), size=n)
+            if n > 4:
+                rows[1] = rows[0]  # a repeat
+                rows[3] = rows[2] + 1 if rows[2] + 1 < len(every) else rows[2]
+            out = np.full((n, row_bytes), 0xEE, dtype=np.uint8)
+            s.reset_stats()
+            s.get_batch("g", out, rows)
+            assert out.tobytes() == every[rows].tobytes()
+            st = s.stats()
+            assert st["gather_requests"] == remote_owners(s, counts, rows)
+            assert st["gather_bytes"] == st["bytes_remote"]
+    finally:
+        s.free()
+
+
+def test_get_ranges_spanning_shards(comm):
+    s = gather_store(comm)
+    try:
+        every, counts = add_rows(s, comm, "r", 12)
+        total = len(every)
+        rng = np.random.default_rng(comm.Get_rank() + 3)
+        starts = rng.integers(0, total, size=20)
+        lens = np.minimum(rng.integers(0, total // 2 + 1, size=20), total - starts)
+        starts[0], lens[0] = 0, total  # the whole variable, every shard
+        out = np.zeros((int(lens.sum()), 12), dtype=np.uint8)
+        s.reset_stats()
+        s.get_ranges("r", out, starts, lens)
+        want = np.concatenate([every[a:a + b] for a, b in zip(starts, lens)])
+        assert out.tobytes() == want.tobytes()
+        assert s.stats()["gather_requests"] == sum(1 for r in range(s.group_size)
+                                                   if r != s.group_rank and counts[r])
+    finally:
+        s.free()
+
+
+@pytest.mark.parametrize("row_bytes", (3, 4096))
+def test_batches_larger_than_a_round(comm, row_bytes):
+    """A tiny round cap: many rounds, ranks needing different numbers of
+    them, transfers longer than a round split."""
+    s = gather_store(comm, DDSTORE_GATHER_ROUND_BYTES=5000)
+    try:
+        every, counts = add_rows(s, comm, "big", row_bytes, salt=1)
+        rng = np.random.default_rng(comm.Get_rank())
+        n = 50 + 400 * comm.Get_rank()
+        rows = rng.integers(0, len(every), size=n)
+        out = np.zeros((n, row_bytes), dtype=np.uint8)
+        s.reset_stats()
+        s.get_batch("big", out, rows)
+        assert out.tobytes() == every[rows].tobytes()
+        assert s.stats()["gather_requests"] == remote_owners(s, counts, rows)
+        out = np.zeros((len(every), row_bytes), dtype=np.uint8)
+        s.get_ranges("big", out, [0], [len(every)])
+        assert out.tobytes() == every.tobytes()
+    finally:
+        s.free()
+
+
+def test_never_keeps_one_sided_reads(comm):
+    s = gather_store(comm, DDSTORE_GATHER="never")
+    try:
+        assert s.info()["read_protocol"].startswith("one-sided")
+        every, _ = add_rows(s, comm, "n", 16)
+        rows = np.random.default_rng(comm.Get_rank()).integers(0, len(every), size=200)
+        out = np.zeros((200, 16), dtype=np.uint8)
+        s.reset_stats()
+        s.get_batch("n", out, rows)
+        assert out.tobytes() == every[rows].tobytes()
+        assert s.stats()["gather_requests"] == 0
+        assert s.stats()["rows_remote"] > 0
+    finally:
+        s.free()
+
+
+def test_unequal_reads_then_free(comm):
+    """Ranks that read more batches than the others are served by free()."""
+    s = gather_store(comm)
+    every, _ = add_rows(s, comm, "u", 40)
+    rank = comm.Get_rank()
+    rng = np.random.default_rng(rank)
+    for _ in range(1 + 2 * rank):
+        rows = rng.integers(0, len(every), size=64)
+        out = np.zeros((64, 40), dtype=np.uint8)
+        s.get_batch("u", out, rows)
+        assert out.tobytes() == every[rows].tobytes()
+    s.free()
+    comm.Barrier()
+
+
+def test_bad_row_on_one_rank_fails_everywhere(comm):
+    s = gather_store(comm)
+    try:
+        every, _ = add_rows(s, comm, "b", 8)
+        rows = np.arange(len(every), dtype=np.int64)
+        if comm.Get_rank() == 1:
+            rows[5] = len(every)
+        out = np.zeros((len(rows), 8), dtype=np.uint8)
+        with pytest.raises(DDStoreError) as e:
+            s.get_batch("b", out, rows)
+        assert "outside" in str(e.value)
+        if comm.Get_rank() != 1:
+            assert "rank 1" in str(e.value)
+        # The store still works, and reads gather.
+        rows[5] = 0
+        s.get_batch("b", out, rows)
+        assert out.tobytes() == every[rows].tobytes()
+    finally:
+        s.free()
+
+
+def test_versioned_and_plain_reads_in_one_collective_read(comm):
+    """One rank reads a versioned variable (one-sided, checked counters)
+    while the others gather from a plain one in the same collective read."""
+    s = gather_store(comm)
+    try:
+        every, _ = add_rows(s, comm, "p", 16)
+        rank, size = comm.Get_rank(), comm.Get_size()
+        pyddstore.init_versioned(s, "v", 3, 16, 1, block_rows=2)
+        s.update("v", np.full((3, 16), rank + 1, dtype=np.uint8), 0)
+        comm.Barrier()
+        rows = np.arange(3 * size)[::-1].copy()
+        if rank == 0:
+            out = np.zeros((3 * size, 16), dtype=np.uint8)
+            s.get_batch("v", out, rows)
+            assert (out[:, 0] == rows // 3 + 1).all()
+        else:
+            prow = np.resize(np.arange(len(every)), 3 * size)
+            out = np.zeros((3 * size, 16), dtype=np.uint8)
+            s.get_batch("p", out, prow)
+            assert out.tobytes() == every[prow].tobytes()
+    finally:
+        s.free()
