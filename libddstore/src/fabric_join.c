@@ -316,7 +316,9 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
     if (rc == DDS_OK) {
         s->is_reader = true;
         s->method = DDS_METHOD_FILE;
-        s->tp = &dds_transport_fabric;
+        /* Owners serve gather when their provider gives tagged messages;
+         * this reader's, the same provider, gives them too or not at all. */
+        s->tp = F->tagged ? &dds_transport_fabric : &dds_transport_fabric_onesided;
         s->rank = -1;
         s->size = 0;
         s->width = (int)f.store.n_core;
