@@ -15,7 +15,8 @@
  *
  * Waits: completions come through the shared initiator CQ (fabric_read.c
  * drains it and hands each to its request through the context), blocking
- * on its file descriptor after a 50 us spin, so a waiting reader leaves
+ * on its file descriptor after a 50 us spin (without one, shm: sleeping
+ * 50 us between polls after 1 ms), so a waiting reader leaves
  * the CPU to the threads it waits for. The read deadline
  * (DDSTORE_READ_TIMEOUT_S, F->read_timeout_ns) bounds the time without a
  * completion; a reader (method 2) also gives up once the publication is
@@ -157,6 +158,10 @@ static int wait_some(struct dds_fabric *F, gcall *call, gwait *w, greq **reqs, s
     if (dds_fab_withdrawn(F, w->stuck_since, &w->last_check))
         return DDS_EFABRIC;
     dds_fab_drain_cq(F, t - w->since > 50000);
+    /* No descriptor to block on (shm): back off instead of spinning once
+     * the reply is late. */
+    if (!F->cq_wait && t - w->since > 1000000)
+        sleep_s(50e-6);
     return DDS_OK;
 }
 

@@ -156,12 +156,61 @@ def test_method2_reader_gets_replies(comm, rank, size):
                 out = np.zeros((500, 6), dtype=np.uint16)
                 r.get_batch("m", out, rows)
                 assert out.tobytes() == values(rows, (6,), "uint16", 12).tobytes()
-                if PROVIDER in ("tcp", "shm"):
+                # shm: a reader in a core rank's process reads one-sided (fabric_join.c).
+                if PROVIDER == "tcp":
                     assert r.info()["read_protocol"].startswith("owner-side gather")
                     # A reader owns no rows: every owner is remote.
                     assert r.stats()["gather_requests"] == remote_owners(rows, off, -1)
             finally:
                 r.free()
+        comm.Barrier()
+    finally:
+        s.free()
+
+
+def test_stopped_owner_gives_a_clear_error(comm, rank, size):
+    """An owner that serves nothing (its process stopped) ends a reader's
+    gather with a timeout naming it, within DDSTORE_READ_TIMEOUT_S."""
+    import os
+    import signal
+    import time
+
+    if size < 2:
+        pytest.skip("needs a second rank")
+    hs = shared_tmpdir(comm, "ddstore-gather-") + "/hs"
+    s = make_store(comm, method=2, hs=hs)
+    pids = comm.allgather(os.getpid())
+    try:
+        s.add("d", np.full((5, 4), rank, dtype=np.int32))
+        comm.Barrier()
+        err, took, gathered = None, 0.0, True
+        if rank == 0:
+            with environ(DDSTORE_READ_TIMEOUT_S="2"):
+                r = pyddstore.join(handshake_dir=hs, n_core=size, timeout=30)
+            # shm: a reader in a core rank's process reads one-sided
+            # (fabric_join.c), which needs no owner's CPU: nothing to test.
+            gathered = r.info()["read_protocol"].startswith("owner-side gather")
+            victim = size - 1
+            rows = np.arange(5 * victim, 5 * victim + 5)
+            out = np.zeros((5, 4), dtype=np.int32)
+            r.get_batch("d", out, rows)  # connected and served once
+            assert (out == victim).all()
+            if gathered:
+                os.kill(pids[victim], signal.SIGSTOP)
+                t0 = time.monotonic()
+                try:
+                    r.get_batch("d", out, rows)
+                except pyddstore.DDStoreError as e:
+                    err = str(e)
+                finally:
+                    took = time.monotonic() - t0
+                    os.kill(pids[victim], signal.SIGCONT)
+            r.free()
+        err, took, gathered = comm.bcast((err, took, gathered), root=0)  # every rank asserts alike
+        if gathered:
+            assert err is not None, "the read of a stopped owner did not fail"
+            assert f"group rank {size - 1}" in err, err
+            assert took < 20, took
         comm.Barrier()
     finally:
         s.free()
