@@ -197,6 +197,11 @@ def test_stopped_owner_gives_a_clear_error(comm, rank, size):
             assert (out == victim).all()
             if gathered:
                 os.kill(pids[victim], signal.SIGSTOP)
+                for _ in range(200):  # until every thread of it has stopped
+                    with open(f"/proc/{pids[victim]}/status") as f:
+                        if any(ln.startswith("State:") and "T" in ln.split()[1] for ln in f):
+                            break
+                    time.sleep(0.01)
                 t0 = time.monotonic()
                 try:
                     r.get_batch("d", out, rows)
