@@ -38,6 +38,45 @@
 #define WINDOW 64
 #define WINDOW_BYTES ((uint64_t)64 << 20)
 
+/* Bounce buffers of a call come from one arena per thread, kept between
+ * calls (a fresh malloc of a large reply costs a page fault per page, as
+ * much as the copy), up to WINDOW_BYTES; freed when the thread exits. */
+static pthread_key_t arena_key;
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+typedef struct arena {
+    char *buf;
+    size_t cap;
+} arena;
+
+static void arena_free(void *p)
+{
+    arena *a = p;
+    free(a->buf);
+    free(a);
+}
+
+static void arena_init(void) { pthread_key_create(&arena_key, arena_free); }
+
+/* This thread's arena of at least `n` bytes, or NULL. */
+static char *arena_get(size_t n)
+{
+    pthread_once(&arena_once, arena_init);
+    arena *a = pthread_getspecific(arena_key);
+    if (!a) {
+        a = calloc(1, sizeof *a);
+        if (!a || pthread_setspecific(arena_key, a) != 0) {
+            free(a);
+            return NULL;
+        }
+    }
+    if (a->cap < n) {
+        free(a->buf);
+        a->buf = malloc(n);
+        a->cap = a->buf ? n : 0;
+    }
+    return a->buf;
+}
+
 typedef struct piece {
     char *dst;
     uint64_t offset;
@@ -55,6 +94,7 @@ typedef struct greq {
     uint64_t bytes;
     uint64_t tag;
     char *bounce; /* NULL: the reply lands in the one piece's dst */
+    bool own_bounce; /* malloc'd for this request (else in the thread's arena) */
     char *msg;
     size_t msglen;
     struct fid_mr *bmr, *smr;
@@ -115,7 +155,8 @@ static void free_req(greq *q)
         fi_close(&q->bmr->fid);
     if (q->smr)
         fi_close(&q->smr->fid);
-    free(q->bounce);
+    if (q->own_bounce)
+        free(q->bounce);
     free(q->msg);
     free(q);
 }
@@ -166,15 +207,19 @@ static int wait_some(struct dds_fabric *F, gcall *call, gwait *w, greq **reqs, s
 }
 
 /* Build and post request `q` (its receive, then its send). */
-static int post_req(struct dds_fabric *F, struct dds_fabric_var *FV, greq *q, const piece *pc, gcall *call,
-                    gwait *w, greq **reqs, size_t lo, size_t hi)
+static int post_req(struct dds_fabric *F, struct dds_fabric_var *FV, greq *q, const piece *pc, char *bounce,
+                    gcall *call, gwait *w, greq **reqs, size_t lo, size_t hi)
 {
     size_t apad = (F->my_alen + 7) & ~(size_t)7;
     q->msglen = sizeof(dds_gather_req) + apad + q->npieces * sizeof(dds_gather_ent);
     q->msg = calloc(1, q->msglen);
     bool direct = q->npieces == 1 && !F->local_mr;
-    if (!direct)
+    if (!direct && bounce) {
+        q->bounce = bounce;
+    } else if (!direct) {
         q->bounce = malloc((size_t)q->bytes);
+        q->own_bounce = true;
+    }
     if (!q->msg || (!direct && !q->bounce))
         return dds_err(DDS_ENOMEM, "out of memory for a gather request of %llu bytes",
                        (unsigned long long)q->bytes);
@@ -306,6 +351,14 @@ int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
         bytes += pc[i].len;
     }
     starts[nreq] = npc;
+    /* Bounce bytes of the whole call: from the thread's arena when they fit. */
+    uint64_t nbounce = 0;
+    for (size_t r = 0; r < nreq; r++)
+        if (F->local_mr || starts[r + 1] - starts[r] > 1)
+            for (size_t i = starts[r]; i < starts[r + 1]; i++)
+                nbounce += pc[i].len;
+    char *arena_buf = !F->local_mr && nbounce && nbounce <= WINDOW_BYTES ? arena_get((size_t)nbounce) : NULL;
+    uint64_t arena_used = 0;
 
     gwait w = { 0 };
     size_t lo = 0, next = 0; /* requests [lo, next) posted, those before lo finished */
@@ -334,7 +387,12 @@ int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
             q->bytes = b;
             q->tag = atomic_fetch_add(&F->next_tag, 1) << 2;
             reqs[next] = q;
-            int prc = post_req(F, FV, q, pc, call, &w, reqs, lo, next);
+            char *bounce = NULL;
+            if (arena_buf && q->npieces > 1) {
+                bounce = arena_buf + arena_used;
+                arena_used += b;
+            }
+            int prc = post_req(F, FV, q, pc, bounce, call, &w, reqs, lo, next);
             next++;
             if (atomic_load(&q->left) > 0 || prc == DDS_OK)
                 atomic_fetch_add(&s->st_gather_requests, 1);
@@ -380,7 +438,15 @@ int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
     }
     if (abandoned) {
         /* The provider may still complete the requests in flight: cancel
-         * their receives and leave them (and the call) allocated. */
+         * their receives and leave them (and the call, and the arena they
+         * may land in: the thread gets a new one) allocated. */
+        if (arena_buf) {
+            arena *a = pthread_getspecific(arena_key);
+            if (a && a->buf == arena_buf) {
+                a->buf = NULL;
+                a->cap = 0;
+            }
+        }
         for (size_t i = lo; i < next; i++)
             if (reqs[i] && atomic_load(&reqs[i]->left) > 0)
                 fi_cancel(&F->ep->fid, &reqs[i]->rc.ctx);

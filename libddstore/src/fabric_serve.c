@@ -9,7 +9,8 @@
  * `vars`, under `lock`, so that dds_fab_serve_remove waits for a copy under
  * way), sends it in one tagged message to the reader's initiator endpoint
  * (fi_tinject when it fits the provider's inject size, else fi_tsend from a
- * malloc'd buffer freed on completion) and re-posts the receive buffer. A
+ * reply buffer given back on completion; a few are kept for reuse) and
+ * re-posts the receive buffer. A
  * request it cannot serve (unknown variable, bytes outside the shard,
  * garbled) gets a reply tagged DDS_GATHER_ERR_TAG with the reason. The
  * reader's address travels in the request: it is inserted into the target
@@ -34,6 +35,9 @@
 #include "fabric_internal.h"
 
 #define SRV_NBUF 16
+/* Reply buffers kept for reuse (a fresh malloc of a large reply costs a
+ * page fault per page, as much as the copy), each up to DDS_GATHER_MAX_REPLY. */
+#define SRV_NSPARE 4
 
 typedef struct srv_buf {
     fab_ctx c; /* first */
@@ -48,7 +52,7 @@ typedef struct srv_reply {
     struct dds_fabric *F;
     struct srv_reply *next; /* in the queue of sends that wait for resources */
     char *data;
-    size_t len;
+    size_t len, cap;
     struct fid_mr *mr;
     fi_addr_t to;
     uint64_t tag;
@@ -76,7 +80,52 @@ struct fab_server {
     size_t npeers, peers_cap;
     srv_reply *queue, *queue_tail;
     size_t nqueued_bufs;
+    char *spare[SRV_NSPARE];
+    size_t spare_cap[SRV_NSPARE];
 };
+
+/* A reply buffer of at least n bytes (*cap: its size), or NULL. */
+static char *buf_get(struct fab_server *S, size_t n, size_t *cap)
+{
+    int best = -1;
+    for (int i = 0; i < SRV_NSPARE; i++)
+        if (S->spare[i] && S->spare_cap[i] >= n && (best < 0 || S->spare_cap[i] < S->spare_cap[best]))
+            best = i;
+    if (best >= 0) {
+        char *b = S->spare[best];
+        *cap = S->spare_cap[best];
+        S->spare[best] = NULL;
+        return b;
+    }
+    *cap = n ? n : 1;
+    return malloc(*cap);
+}
+
+/* Give a reply buffer back: kept in an empty slot or in place of a
+ * smaller spare, else freed. */
+static void buf_put(struct fab_server *S, char *b, size_t cap)
+{
+    if (!b)
+        return;
+    int slot = 0;
+    for (int i = 0; i < SRV_NSPARE; i++) {
+        if (!S->spare[i]) {
+            slot = i;
+            break;
+        }
+        if (S->spare_cap[i] < S->spare_cap[slot])
+            slot = i;
+    }
+    if (S->spare[slot]) {
+        if (S->spare_cap[slot] >= cap) {
+            free(b);
+            return;
+        }
+        free(S->spare[slot]);
+    }
+    S->spare[slot] = b;
+    S->spare_cap[slot] = cap;
+}
 
 static int local_reg(struct dds_fabric *F, void *buf, size_t len, uint64_t access, struct fid_mr **mr)
 {
@@ -166,6 +215,8 @@ void dds_fab_serve_free(struct dds_fabric *F)
         free(r);
         r = next;
     }
+    for (int i = 0; i < SRV_NSPARE; i++)
+        free(S->spare[i]);
     for (size_t i = 0; i < S->npeers; i++)
         free(S->peers[i].addr);
     free(S->peers);
@@ -266,7 +317,7 @@ static void reply_free(srv_reply *r)
 {
     if (r->mr)
         fi_close(&r->mr->fid);
-    free(r->data);
+    buf_put(r->F->srv, r->data, r->cap);
     free(r);
 }
 
@@ -294,39 +345,35 @@ static void enqueue(struct fab_server *S, srv_reply *r)
     S->queue_tail = r;
 }
 
-/* Send `len` bytes of `data` (owned by the call when `owned`) to `to`. */
-static void send_reply(struct dds_fabric *F, fi_addr_t to, uint64_t tag, char *data, size_t len, bool owned)
+/* Send `len` bytes of `data` to `to`. `cap`: data is a reply buffer of
+ * that size which the call takes over (buf_get); 0: the caller's. */
+static void send_reply(struct dds_fabric *F, fi_addr_t to, uint64_t tag, char *data, size_t len, size_t cap)
 {
     struct fab_server *S = F->srv;
     if (len <= F->inject && !S->queue) {
         int rc = (int)fi_tinject(F->t_ep, data, len, to, tag);
-        if (rc == 0) {
-            if (owned)
-                free(data);
-            return;
-        }
-        if (rc != -FI_EAGAIN) {
-            dds_debug("fabric: gather reply (fi_tinject) failed: %s", fi_strerror(-rc));
-            if (owned)
-                free(data);
+        if (rc == 0 || rc != -FI_EAGAIN) {
+            if (rc)
+                dds_debug("fabric: gather reply (fi_tinject) failed: %s", fi_strerror(-rc));
+            if (cap)
+                buf_put(S, data, cap);
             return;
         }
     }
     srv_reply *r = calloc(1, sizeof *r);
-    if (r && !owned) {
-        r->data = malloc(len ? len : 1);
+    if (r && !cap) {
+        r->data = buf_get(S, len, &r->cap);
         if (r->data)
             memcpy(r->data, data, len);
     } else if (r) {
         r->data = data;
-        data = NULL;
+        r->cap = cap;
     }
     if (!r || !r->data) {
         dds_debug("fabric: gather: out of memory for a reply of %zu bytes", len);
-        if (r)
-            free(r);
-        if (owned)
-            free(data);
+        free(r);
+        if (cap)
+            buf_put(S, data, cap);
         return;
     }
     r->c.complete = reply_done;
@@ -362,7 +409,7 @@ static void send_error(struct dds_fabric *F, fi_addr_t to, uint64_t tag, uint64_
     if (len > cap)
         len = (size_t)cap; /* the reader's buffer holds no more */
     dds_debug("fabric: gather request refused: %s", msg);
-    send_reply(F, to, tag | DDS_GATHER_ERR_TAG, msg, len, false);
+    send_reply(F, to, tag | DDS_GATHER_ERR_TAG, msg, len, 0);
 }
 
 bool dds_fab_serve_pass(struct dds_fabric *F)
@@ -428,7 +475,8 @@ static void serve(struct dds_fabric *F, const char *data, size_t len)
                    (unsigned long long)h.reply_bytes);
         return;
     }
-    char *out = malloc((size_t)h.reply_bytes);
+    size_t out_cap;
+    char *out = buf_get(S, (size_t)h.reply_bytes, &out_cap);
     if (!out) {
         send_error(F, to, h.reply_tag, h.reply_bytes, "owner out of memory for a reply of %llu bytes",
                    (unsigned long long)h.reply_bytes);
@@ -455,11 +503,11 @@ static void serve(struct dds_fabric *F, const char *data, size_t len)
     if (!bad && done != h.reply_bytes)
         bad = "entries do not add up to the reply";
     if (bad) {
-        free(out);
+        buf_put(S, out, out_cap);
         send_error(F, to, h.reply_tag, h.reply_bytes, "gather of variable #%u: %s", h.var_index, bad);
         return;
     }
-    send_reply(F, to, h.reply_tag, out, (size_t)h.reply_bytes, true);
+    send_reply(F, to, h.reply_tag, out, (size_t)h.reply_bytes, out_cap);
 }
 
 static void request_done(fab_ctx *c, const struct fi_cq_tagged_entry *e, const char *err)
