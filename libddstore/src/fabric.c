@@ -94,12 +94,12 @@ int dds_fab_err(int fi_rc, const char *what)
 
 /* ---- provider selection ---------------------------------------------------- */
 
-static struct fi_info *make_hints(const char *prov, uint32_t addr_format)
+static struct fi_info *make_hints(const char *prov, uint32_t addr_format, bool tagged)
 {
     struct fi_info *h = fi_allocinfo();
     if (!h)
         return NULL;
-    h->caps = FI_RMA | FI_READ | FI_REMOTE_READ;
+    h->caps = FI_RMA | FI_READ | FI_REMOTE_READ | (tagged ? FI_TAGGED : 0);
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
     h->domain_attr->mr_mode = (int)SUPPORTED_MR_MODE;
@@ -115,14 +115,20 @@ static struct fi_info *make_hints(const char *prov, uint32_t addr_format)
     return h;
 }
 
-static int getinfo(const char *prov, uint32_t addr_format, struct fi_info **out)
+/* `tagged`: also tagged messages (owner-side gather). */
+static int getinfo_caps(const char *prov, uint32_t addr_format, bool tagged, struct fi_info **out)
 {
-    struct fi_info *h = make_hints(prov, addr_format);
+    struct fi_info *h = make_hints(prov, addr_format, tagged);
     if (!h)
         return -FI_ENOMEM;
     int rc = fi_getinfo(FAB_API_VERSION, NULL, NULL, 0, h, out);
     fi_freeinfo(h);
     return rc;
+}
+
+static int getinfo(const char *prov, uint32_t addr_format, struct fi_info **out)
+{
+    return getinfo_caps(prov, addr_format, false, out);
 }
 
 /* Names users give ("tcp", "verbs") are core providers; RDM endpoints over
@@ -259,8 +265,17 @@ static int open_ep(struct dds_fabric *F, struct fid_av *av, struct fid_cq *cq, s
 /* Open fabric, domain and the initiator endpoint for provider `prov`. */
 int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_format)
 {
+    /* Tagged messages carry owner-side gather (fabric_gather.c); a
+     * provider without them still reads one-sided. */
     struct fi_info *list = NULL;
-    int rc = getinfo(prov, addr_format, &list);
+    int rc = getinfo_caps(prov, addr_format, true, &list);
+    F->tagged = rc == 0 && list;
+    if (!F->tagged) {
+        if (list)
+            fi_freeinfo(list);
+        list = NULL;
+        rc = getinfo(prov, addr_format, &list);
+    }
     if (rc != 0 || !list)
         return dds_err(DDS_ENOTSUP, "libfabric provider '%s' is not available here (fi_getinfo: %s)", prov,
                        fi_strerror(rc < 0 ? -rc : FI_ENODATA));
@@ -276,6 +291,8 @@ int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_fo
     snprintf(F->prov, sizeof F->prov, "%s", F->info->fabric_attr->prov_name);
     F->mr_mode = (uint64_t)F->info->domain_attr->mr_mode;
     F->max_msg = F->info->ep_attr->max_msg_size ? F->info->ep_attr->max_msg_size : SIZE_MAX;
+    F->inject = F->info->tx_attr->inject_size;
+    atomic_store(&F->next_tag, 1);
     if (F->max_msg > ((size_t)1 << 30))
         F->max_msg = (size_t)1 << 30; /* bounded chunks keep any single transfer modest */
     /* Small remote rows cost per operation, not per byte (tcp: a request
@@ -316,7 +333,7 @@ int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_fo
     /* A reader that waits long blocks on a file descriptor where the
      * provider has one: on a busy node the spinning reader would otherwise
      * take the CPU from the target's progress thread it waits for. */
-    struct fi_cq_attr cqa = { .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_FD };
+    struct fi_cq_attr cqa = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD };
     if (fi_cq_open(F->domain, &cqa, &F->cq, NULL) == 0) {
         F->cq_wait = true;
     } else {
@@ -325,7 +342,16 @@ int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_fo
         if ((rc = fi_cq_open(F->domain, &cqa, &F->cq, NULL)))
             return dds_fab_err(rc, "fi_cq_open");
     }
-    return open_ep(F, F->av, F->cq, &F->ep, false);
+    if ((rc = open_ep(F, F->av, F->cq, &F->ep, false)))
+        return rc;
+    /* Gather requests carry this address, so that owners can reply to
+     * readers they have never heard of (method-2 readers). */
+    F->my_alen = sizeof F->my_addr;
+    if (F->tagged && fi_getname(&F->ep->fid, F->my_addr, &F->my_alen) != 0) {
+        dds_debug("fabric: no initiator address (fi_getname): no owner-side gather");
+        F->tagged = false;
+    }
+    return DDS_OK;
 }
 
 /* Does the target need to poll for peers' reads to complete? Providers
@@ -341,7 +367,8 @@ static bool need_progress_thread(const struct dds_fabric *F)
         return true;
     if (o && strcmp(o, "none") == 0)
         return false;
-    return F->info->domain_attr->data_progress != FI_PROGRESS_AUTO ||
+    /* The thread also serves owner-side gather requests. */
+    return F->tagged || F->info->domain_attr->data_progress != FI_PROGRESS_AUTO ||
            F->info->domain_attr->control_progress != FI_PROGRESS_AUTO;
 }
 
@@ -354,7 +381,7 @@ static int open_target(struct dds_fabric *F, bool progress)
     struct fi_av_attr ava = { .type = FI_AV_UNSPEC };
     if ((rc = fi_av_open(F->domain, &ava, &F->t_av, NULL)))
         return dds_fab_err(rc, "fi_av_open (target)");
-    struct fi_cq_attr cqa = { .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE };
+    struct fi_cq_attr cqa = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
     F->progress = PROGRESS_NONE;
     if (progress) {
         cqa.wait_obj = FI_WAIT_FD;
@@ -378,6 +405,11 @@ static int open_target(struct dds_fabric *F, bool progress)
         if (v >= 10 && v <= 1000000)
             F->poll_us = (unsigned)v;
     }
+    /* Only a progress thread serves gather requests (DDSTORE_FABRIC_PROGRESS=none: no gather). */
+    if (F->progress == PROGRESS_NONE)
+        F->tagged = false;
+    if (F->tagged)
+        return dds_fab_serve_open(F);
     return DDS_OK;
 }
 
@@ -387,22 +419,48 @@ static int open_target(struct dds_fabric *F, bool progress)
 static void *progress_main(void *arg)
 {
     struct dds_fabric *F = arg;
-    struct fi_cq_entry e[8];
+    struct fi_cq_tagged_entry e[8];
+    double idle_s = 20e-6; /* polling: the pause grows while nothing comes */
+    bool queued = false;   /* sends or re-posts wait for the provider's resources */
     while (!atomic_load(&F->stop)) {
         ssize_t n;
-        if (F->progress == PROGRESS_WAIT)
+        if (F->progress == PROGRESS_WAIT && !queued)
             n = fi_cq_sread(F->t_cq, e, 8, NULL, 1000);
         else
             n = fi_cq_read(F->t_cq, e, 8);
+        /* Completions with a context are gather requests received and
+         * replies sent (fabric_serve.c); one-sided reads of the shards
+         * leave none. */
+        for (ssize_t i = 0; i < n; i++) {
+            fab_ctx *c = e[i].op_context;
+            if (c)
+                c->complete(c, &e[i], NULL);
+        }
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry ee;
             memset(&ee, 0, sizeof ee);
-            if (fi_cq_readerr(F->t_cq, &ee, 0) == 1)
+            if (fi_cq_readerr(F->t_cq, &ee, 0) == 1) {
                 dds_debug("fabric: target completion error: %s", fi_strerror(ee.err));
+                if (ee.op_context) {
+                    fab_ctx *c = ee.op_context;
+                    c->complete(c, NULL, fi_strerror(ee.err));
+                }
+            }
         }
+        if (F->srv)
+            queued = dds_fab_serve_pass(F);
         atomic_fetch_add_explicit(&F->passes, 1, memory_order_release);
-        if (n == -FI_EAGAIN && F->progress == PROGRESS_POLL)
-            sleep_s((double)F->poll_us * 1e-6);
+        if (n > 0) {
+            idle_s = 20e-6;
+        } else if (n == -FI_EAGAIN && (F->progress == PROGRESS_POLL || queued)) {
+            /* Polled: back off from 20 us to the poll interval, so that a
+             * burst of requests is served fast and an idle store costs
+             * next to nothing. */
+            sleep_s(idle_s);
+            idle_s *= 2;
+            if (idle_s > (double)F->poll_us * 1e-6)
+                idle_s = (double)F->poll_us * 1e-6;
+        }
     }
     return NULL;
 }
@@ -488,8 +546,12 @@ void dds_fab_free(struct dds_fabric *F)
     free(F->recv);
     /* Endpoints before the queues and address vectors bound to them, all
      * before their domain and fabric: the order libfabric wants. */
-    struct fid *fids[] = { F->ep ? &F->ep->fid : NULL,         F->t_ep ? &F->t_ep->fid : NULL,
-                           F->cq ? &F->cq->fid : NULL,         F->t_cq ? &F->t_cq->fid : NULL,
+    if (F->ep)
+        fi_close(&F->ep->fid);
+    if (F->t_ep)
+        fi_close(&F->t_ep->fid);
+    dds_fab_serve_free(F); /* its buffers were posted on t_ep */
+    struct fid *fids[] = { F->cq ? &F->cq->fid : NULL,         F->t_cq ? &F->t_cq->fid : NULL,
                            F->av ? &F->av->fid : NULL,         F->t_av ? &F->t_av->fid : NULL,
                            F->domain ? &F->domain->fid : NULL, F->fabric ? &F->fabric->fid : NULL };
     for (size_t i = 0; i < sizeof fids / sizeof *fids; i++)
@@ -565,6 +627,14 @@ int dds_fab_open(dds_store *s)
     if (rc == DDS_OK)
         rc = open_target(F, need_progress_thread(F));
     rc = dds_agree(s->group, rc);
+    if (rc == DDS_OK) {
+        /* Owner-side gather only where every rank of the group serves it. */
+        int mine = F->tagged, all = 0;
+        mrc = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, s->group);
+        rc = mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Allreduce (gather support)");
+        F->tagged = all != 0;
+        rc = dds_agree(s->group, rc);
+    }
 
     /* Exchange the target endpoints' addresses. */
     char name[DDS_HS_MAX_ADDR];
@@ -651,11 +721,11 @@ int dds_fab_open(dds_store *s)
     s->fab = F;
     if (s->group_rank == 0)
         dds_debug("fabric: provider %s (fabric %s, domain %s), mr_mode 0x%llx, %d in flight, %d per read, "
-                  "concurrent reads: %s, target progress: %s%s%s",
+                  "concurrent reads: %s, target progress: %s, owner-side gather: %s%s%s",
                   F->prov, F->info->fabric_attr->name ? F->info->fabric_attr->name : "?",
                   F->info->domain_attr->name ? F->info->domain_attr->name : "?",
                   (unsigned long long)F->mr_mode, F->inflight, F->iov, F->serialize ? "serialized" : "shared endpoint",
-                  progress_name(F->progress),
+                  progress_name(F->progress), F->tagged ? "served" : "unavailable",
                   s->method == DDS_METHOD_FILE ? ", handshake in " : "",
                   s->method == DDS_METHOD_FILE ? F->pubdir : "");
     return DDS_OK;
@@ -722,8 +792,15 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
             rc = dds_err(DDS_ENOTSUP, "provider %s gives no usable memory key (FI_MR_RAW)", F->prov);
         rc = dds_agree(s->group, rc);
     }
-    if (rc == DDS_OK && s->method == DDS_METHOD_FILE) {
+    if (rc == DDS_OK) {
+        /* Every core rank exposes variables in the same order: the index
+         * names the variable in gather requests, and method 2's files. */
         FV->index = F->next_var_index++;
+        if (F->srv)
+            rc = dds_fab_serve_add(F, FV->index, v->base, (uint64_t)(v->local_rows * v->row_bytes));
+        rc = dds_agree(s->group, rc);
+    }
+    if (rc == DDS_OK && s->method == DDS_METHOD_FILE) {
         if (s->group_rank == 0) {
             dds_hs_var hv;
             memset(&hv, 0, sizeof hv);
@@ -758,8 +835,11 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
     }
     free(mine_all);
     if (rc) {
-        if (FV)
+        if (FV) {
             unpublish_var(s, F, FV);
+            if (F->srv && FV->mr)
+                dds_fab_serve_remove(F, FV->index);
+        }
         dds_fab_var_free(FV);
         return rc;
     }
@@ -778,6 +858,8 @@ void dds_fab_var_release(dds_store *s, dds_var *v)
         MPI_Barrier(s->group);
         if (F) {
             unpublish_var(s, F, FV);
+            if (F->srv)
+                dds_fab_serve_remove(F, FV->index); /* no gather copies from the shard after this */
             quiesce_progress(F);
         }
     }

@@ -4,14 +4,20 @@
  *    registration; open/close of core stores and exposing their shards;
  *  - fabric_read.c: reads (completion queue, waits, timeouts) and receive
  *    buffers;
+ *  - fabric_gather.c: owner-side gather, the reader's side (requests,
+ *    replies, waits);
+ *  - fabric_serve.c: owner-side gather, the owner's side (served from the
+ *    progress thread of fabric.c);
  *  - fabric_publish.c: method-2 publication and run tokens;
  *  - fabric_transport.c: the transport table (dds_transport_fabric) over
  *    fabric.c and fabric_read.c;
  *  - fabric_join.c: method-2 readers (join, attach);
  *  - nic.c (nic.h): which domain (NIC) of the provider a process opens.
- * Calls go one way only: fabric_join.c and fabric_read.c call fabric.c and
- * fabric_publish.c; fabric.c calls fabric_publish.c and nic.c, which call
- * neither;
+ * Calls go one way only: fabric_join.c, fabric_gather.c and fabric_read.c
+ * call fabric.c and fabric_publish.c (fabric_gather.c also fabric_read.c);
+ * fabric.c calls fabric_publish.c, fabric_serve.c and nic.c, which call
+ * none of them; completions reach their operation through the function
+ * pointer of its context (fab_ctx), not by a call between files;
  * fabric_join.c takes the table from fabric_transport.c
  * (tests/c/check-layering.py checks that no cycle appears). */
 #ifndef DDSTORE_FABRIC_INTERNAL_H
@@ -24,6 +30,7 @@
 #include <time.h>
 
 #include <rdma/fabric.h>
+#include <rdma/fi_eq.h>
 
 #include "handshake.h"
 #include "internal.h"
@@ -32,6 +39,52 @@
 /* Transfers one fi_readmsg carries at most (bounded by the provider's
  * rma_iov_limit and iov_limit). */
 #define MAX_IOV 16
+
+/* Every operation context posted on an endpoint starts with this: the
+ * thread that reads a completion queue hands each completion (or error:
+ * `err` non-NULL, e NULL) to its operation through `complete`. The
+ * provider may use `ctx` as scratch space (FI_CONTEXT/FI_CONTEXT2). */
+typedef struct fab_ctx {
+    struct fi_context2 ctx;
+    void (*complete)(struct fab_ctx *c, const struct fi_cq_tagged_entry *e, const char *err);
+} fab_ctx;
+
+/* Owner-side gather messages (fabric_gather.c sends, fabric_serve.c
+ * serves). Requests go to an owner's target endpoint with tag
+ * DDS_GATHER_REQ_TAG; the reply goes back to the reader's initiator
+ * endpoint with the tag the reader chose (a multiple of 4, unique per
+ * request in flight), plus DDS_GATHER_ERR_TAG when the owner could not
+ * serve it (the payload is then the owner's message, truncated). */
+#define DDS_GATHER_REQ_TAG 1ull
+#define DDS_GATHER_ERR_TAG 2ull
+#define DDS_GATHER_MAGIC 0x52474444u /* bytes "DDGR" */
+#define DDS_GATHER_VERSION 1u
+/* Bytes of one owner's receive buffer: the largest request. */
+#define DDS_GATHER_REQ_BYTES 65536u
+/* Transfers one request carries at most: header + largest address +
+ * entries fit in a receive buffer. */
+#define DDS_GATHER_MAX_ENTRIES 3584u
+/* Reply bytes one request asks for at most (and the owner accepts). */
+#define DDS_GATHER_MAX_REPLY ((size_t)8 << 20)
+
+/* A request: this header, then `alen` bytes of the reader's initiator
+ * endpoint address padded to 8 bytes, then `nent` entries. Native byte
+ * order (both sides run this library on hosts of one architecture). */
+typedef struct dds_gather_req {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t alen;
+    uint32_t var_index; /* the variable's index (dds_fabric_var.index) */
+    uint32_t nent;
+    uint64_t reply_tag;
+    uint64_t reply_bytes; /* sum of the entries' len */
+} dds_gather_req;
+typedef struct dds_gather_ent {
+    uint64_t offset; /* in the owner's shard */
+    uint64_t len;
+} dds_gather_ent;
+
+struct fab_server;
 
 typedef struct recv_reg {
     char *addr;
@@ -57,6 +110,15 @@ struct dds_fabric {
 
     uint64_t mr_mode;
     size_t max_msg;
+    size_t inject; /* tx inject_size */
+    /* Owner-side gather: the endpoints carry tagged messages (FI_TAGGED
+     * was granted), and this process's initiator endpoint address, which
+     * its requests carry so that owners can reply. */
+    bool tagged;
+    uint8_t my_addr[DDS_HS_MAX_ADDR];
+    size_t my_alen;
+    _Atomic uint64_t next_tag;
+    struct fab_server *srv; /* core stores: the serving side (fabric_serve.c) */
     int inflight;      /* per read call */
     int iov;           /* transfers per read operation (fi_readmsg when > 1) */
     bool local_mr;     /* destinations must be registered (FI_MR_LOCAL, or forced) */
@@ -102,7 +164,9 @@ struct dds_fabric_var {
     uint64_t *raddr;   /* per peer: remote address of the shard's first byte */
     uint64_t *key;
     uint64_t *len;     /* registered bytes */
-    uint32_t index;    /* method 2: publication index (var-<index>.dds) */
+    uint32_t index;    /* order of exposure in the group, the same on every core rank and, for
+                          method 2, the publication index (var-<index>.dds): gather
+                          requests name the variable by it */
     bool published;
 };
 
@@ -139,6 +203,45 @@ DDS_HIDDEN void dds_fab_free(struct dds_fabric *F);
  * (NULL, and arrays not yet allocated, are fine). */
 DDS_HIDDEN void dds_fab_var_free(struct dds_fabric_var *FV);
 DDS_HIDDEN int dds_fab_insert_peers(struct dds_fabric *F, int n, uint8_t *const *addr);
+
+/* ---- fabric_serve.c (owner side of gather; called from fabric.c) ------------------ */
+
+/* Post the owner's receive buffers on F->t_ep (before the progress thread
+ * starts). */
+DDS_HIDDEN int dds_fab_serve_open(struct dds_fabric *F);
+/* Serve (add) or stop serving (remove) a variable's shard; thread-safe:
+ * once remove returns no reply copies from the shard any more. */
+DDS_HIDDEN int dds_fab_serve_add(struct dds_fabric *F, uint32_t index, const char *base, uint64_t bytes);
+DDS_HIDDEN void dds_fab_serve_remove(struct dds_fabric *F, uint32_t index);
+/* Progress thread: retry sends and re-posts the provider refused for
+ * want of resources (-FI_EAGAIN); true while some remain queued. */
+DDS_HIDDEN bool dds_fab_serve_pass(struct dds_fabric *F);
+/* Free the serving side; after F->t_ep is closed, before the domain. */
+DDS_HIDDEN void dds_fab_serve_free(struct dds_fabric *F);
+
+/* ---- fabric_read.c (used by fabric_gather.c) ------------------------------------------ */
+
+/* Drain the initiator CQ once, handing completions to their operations;
+ * `block`: wait on the CQ's descriptor up to 1 ms instead of spinning. */
+DDS_HIDDEN void dds_fab_drain_cq(struct dds_fabric *F, bool block);
+/* Validate transfers against the shards and the store's state. */
+DDS_HIDDEN int dds_fab_check_ops(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
+/* A reader's check, every 2 s once stuck since `*stuck_since` (ns; 0: not
+ * stuck), whether the publication was withdrawn: then true (the error is
+ * set and the store marked broken). `*last_check` is the caller's. */
+DDS_HIDDEN bool dds_fab_withdrawn(struct dds_fabric *F, uint64_t stuck_since, uint64_t *last_check);
+
+/* ---- fabric_gather.c -------------------------------------------------------------- */
+
+/* Owner-side gather of remote ops (grouped by owner): one request per
+ * owner (more when over DDS_GATHER_MAX_ENTRIES or _MAX_REPLY), replies
+ * scattered into the ops' dst. Thread-safe; data complete on return. */
+DDS_HIDDEN int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
+
+/* ---- fabric_transport.c ----------------------------------------------------------- */
+
+/* dds_transport_fabric without gather (no tagged messages here). */
+DDS_HIDDEN extern const dds_transport dds_transport_fabric_onesided;
 
 /* ---- fabric_publish.c ------------------------------------------------------------- */
 

@@ -316,7 +316,16 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
     if (rc == DDS_OK) {
         s->is_reader = true;
         s->method = DDS_METHOD_FILE;
-        s->tp = &dds_transport_fabric;
+        /* Owners serve gather when their provider gives tagged messages;
+         * this reader's, the same provider, gives them too or not at all.
+         * Not with shm when a core rank of the run lives in this process
+         * (F->token): its target endpoint would insert this reader's
+         * address, which shm maps in-process to the reader's own region,
+         * and poll it after the reader closed (seen: a segfault in the
+         * core's progress thread). One-sided reads leave it alone. */
+        bool same_process_shm = F->token && strstr(F->prov, "shm") != NULL;
+        F->tagged = F->tagged && !same_process_shm;
+        s->tp = F->tagged ? &dds_transport_fabric : &dds_transport_fabric_onesided;
         s->rank = -1;
         s->size = 0;
         s->width = (int)f.store.n_core;

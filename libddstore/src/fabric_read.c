@@ -21,7 +21,7 @@ struct read_batch;
 /* Per-operation context: the provider may use `ctx` as scratch space
  * (FI_CONTEXT/FI_CONTEXT2), so each operation in flight owns one. */
 typedef struct read_slot {
-    struct fi_context2 ctx;
+    fab_ctx c; /* first: completions find the slot through it */
     struct read_batch *batch;
     _Atomic int busy;
     int owner;
@@ -61,10 +61,17 @@ static void complete_slot(read_slot *sl, const char *errmsg)
     atomic_fetch_sub_explicit(&b->pending, 1, memory_order_acq_rel);
 }
 
+static void slot_done(fab_ctx *c, const struct fi_cq_tagged_entry *e, const char *err)
+{
+    (void)e;
+    complete_slot((read_slot *)c, err);
+}
+
 /* Drain the initiator CQ once. Whichever thread gets the lock serves
- * everyone's completions; the others step aside. `block`: nothing came for
- * a while, so wait on the CQ's descriptor (up to 1 ms) instead of spinning. */
-static void drain_cq(struct dds_fabric *F, bool block)
+ * everyone's completions (reads, gather requests and replies, through
+ * their contexts); the others step aside. `block`: nothing came for a
+ * while, so wait on the CQ's descriptor (up to 1 ms) instead of spinning. */
+void dds_fab_drain_cq(struct dds_fabric *F, bool block)
 {
     if (pthread_mutex_trylock(&F->cq_lock) != 0) {
         if (block && F->cq_wait)
@@ -73,13 +80,15 @@ static void drain_cq(struct dds_fabric *F, bool block)
             sched_yield();
         return;
     }
-    struct fi_cq_entry e[16];
+    struct fi_cq_tagged_entry e[16];
     ssize_t n = fi_cq_read(F->cq, e, 16);
     if (n == -FI_EAGAIN && block && F->cq_wait)
         n = fi_cq_sread(F->cq, e, 16, NULL, 1);
     if (n > 0) {
-        for (ssize_t i = 0; i < n; i++)
-            complete_slot((read_slot *)e[i].op_context, NULL);
+        for (ssize_t i = 0; i < n; i++) {
+            fab_ctx *c = e[i].op_context;
+            c->complete(c, &e[i], NULL);
+        }
     } else if (n == -FI_EAVAIL) {
         struct fi_cq_err_entry ee;
         memset(&ee, 0, sizeof ee);
@@ -87,10 +96,12 @@ static void drain_cq(struct dds_fabric *F, bool block)
             char pbuf[256], msg[400];
             const char *pm = fi_cq_strerror(F->cq, ee.prov_errno, ee.err_data, pbuf, sizeof pbuf);
             snprintf(msg, sizeof msg, "%s (provider: %s)", fi_strerror(ee.err), pm ? pm : "no detail");
-            if (ee.op_context)
-                complete_slot((read_slot *)ee.op_context, msg);
-            else
+            if (ee.op_context) {
+                fab_ctx *c = ee.op_context;
+                c->complete(c, NULL, msg);
+            } else {
                 dds_debug("fabric: completion error without context: %s", msg);
+            }
         }
     } else if (n != -FI_EAGAIN && n < 0) {
         dds_debug("fabric: fi_cq_read: %s", fi_strerror((int)-n));
@@ -117,7 +128,7 @@ static void wait_some(struct dds_fabric *F, waiter *w)
         w->since = t;
     if (w->stuck_since == 0)
         w->stuck_since = t;
-    drain_cq(F, t - w->since > 50000);
+    dds_fab_drain_cq(F, t - w->since > 50000);
 }
 
 /* A reader cannot tell a slow core rank from a dead one, and some
@@ -125,25 +136,29 @@ static void wait_some(struct dds_fabric *F, waiter *w)
  * So a reader waiting for more than 2 s re-reads the publication every 2 s:
  * once it is withdrawn or stale, the reads can never complete. Core stores
  * never give up (their peers are in the same MPI job). */
-static bool gave_up(struct dds_fabric *F, waiter *w)
+bool dds_fab_withdrawn(struct dds_fabric *F, uint64_t stuck_since, uint64_t *last_check)
 {
-    if (!F->is_reader || w->stuck_since == 0)
+    if (!F->is_reader || stuck_since == 0)
         return false;
     uint64_t t = dds_now_ns();
-    if (t - w->stuck_since < 2000000000ull || t - w->last_check < 2000000000ull)
+    if (t - stuck_since < 2000000000ull || t - *last_check < 2000000000ull)
         return false;
-    w->last_check = t;
-    return dds_fab_still_current(F) == 0;
+    *last_check = t;
+    if (dds_fab_still_current(F) != 0)
+        return false;
+    atomic_store(&F->broken, 1);
+    dds_err(DDS_EFABRIC,
+            "reads from the store published in '%s' did not complete and its core group has "
+            "withdrawn the publication (store freed or job ended); join again",
+            F->pubdir);
+    return true;
 }
 
-static int abandon(struct dds_fabric *F)
+static bool gave_up(struct dds_fabric *F, waiter *w)
 {
-    atomic_store(&F->broken, 1);
-    return dds_err(DDS_EFABRIC,
-                   "reads from the store published in '%s' did not complete and its core group has "
-                   "withdrawn the publication (store freed or job ended); join again",
-                   F->pubdir);
+    return dds_fab_withdrawn(F, w->stuck_since, &w->last_check);
 }
+
 
 /* True once the call has seen no completion for read_timeout_ns. */
 static bool stalled(struct dds_fabric *F, waiter *w, read_batch *b)
@@ -183,7 +198,7 @@ static int read_timed_out(struct dds_fabric *F, read_batch *b)
 static int wait_or_fail(struct dds_fabric *F, waiter *w, read_batch *b)
 {
     if (gave_up(F, w))
-        return abandon(F);
+        return DDS_EFABRIC; /* dds_fab_withdrawn set the message */
     if (stalled(F, w, b))
         return read_timed_out(F, b);
     wait_some(F, w);
@@ -350,7 +365,7 @@ static ssize_t post_slot(struct dds_fabric *F, read_slot *sl, bool have_desc)
 {
     if (sl->niov == 1)
         return fi_read(F->ep, sl->iov[0].iov_base, sl->iov[0].iov_len, sl->desc[0], F->peer[sl->owner],
-                       sl->rma[0].addr, sl->rma[0].key, &sl->ctx);
+                       sl->rma[0].addr, sl->rma[0].key, &sl->c.ctx);
     struct fi_msg_rma msg = {
         .msg_iov = sl->iov,
         .desc = have_desc ? sl->desc : NULL,
@@ -358,7 +373,7 @@ static ssize_t post_slot(struct dds_fabric *F, read_slot *sl, bool have_desc)
         .addr = F->peer[sl->owner],
         .rma_iov = sl->rma,
         .rma_iov_count = (size_t)sl->niov,
-        .context = &sl->ctx,
+        .context = &sl->c.ctx,
         .data = 0,
     };
     return fi_readmsg(F->ep, &msg, 0);
@@ -385,6 +400,7 @@ static int read_ops(struct dds_fabric *F, struct dds_fabric_var *FV, const dds_r
     for (int i = 0; i < nslots; i++) {
         atomic_init(&slots[i].busy, 0);
         slots[i].batch = b;
+        slots[i].c.complete = slot_done;
         slots[i].owner = -1;
     }
     int post_rc = DDS_OK;
@@ -451,7 +467,7 @@ abandoned:
     return post_rc;
 }
 
-int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
+int dds_fab_check_ops(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
 {
     struct dds_fabric *F = s->fab;
     struct dds_fabric_var *FV = v->fab;
@@ -474,6 +490,16 @@ int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
                            "its shard",
                            v->name, (long long)op->len, (long long)op->src_offset, op->owner);
     }
+    return DDS_OK;
+}
+
+int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
+{
+    int rc = dds_fab_check_ops(s, v, ops, nops);
+    if (rc)
+        return rc;
+    struct dds_fabric *F = s->fab;
+    struct dds_fabric_var *FV = v->fab;
     if (nops == 0)
         return DDS_OK;
     if (F->serialize)
@@ -481,7 +507,6 @@ int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
     /* Held for reading across the call: unregister_recv waits until no
      * read uses the registration it removes. */
     pthread_rwlock_rdlock(&F->recv_lock);
-    int rc = DDS_OK;
     void **desc = NULL;
     call_mr *cm = NULL;
     size_t ncm = 0;

@@ -1,9 +1,14 @@
 /* The libfabric transport table (methods 1 and 2): dds_transport_fabric,
- * over the operations of fabric.c (open, expose, release, close) and
- * fabric_read.c (reads, destination buffers). Core stores get it from
- * dds_create, readers from dds_join (fabric_join.c). Method 2's publication
- * is part of open and expose; fabric.c tells the methods apart. */
+ * over the operations of fabric.c (open, expose, release, close),
+ * fabric_read.c (reads, destination buffers) and fabric_gather.c
+ * (owner-side gather). Core stores get it from dds_create, readers from
+ * dds_join (fabric_join.c). Method 2's publication is part of open and
+ * expose; fabric.c tells the methods apart. Where the provider gives no
+ * tagged messages (or DDSTORE_FABRIC_PROGRESS=none leaves no thread to
+ * serve requests), the store's table becomes dds_transport_fabric_onesided,
+ * the same without gather, so that gather.c's rule never chooses it. */
 #include <stdio.h>
+#include <string.h>
 
 #include "fabric_internal.h"
 
@@ -15,6 +20,8 @@ static int fab_open(dds_store *s)
     rc = dds_agree(s->comm, rc);
     if (rc)
         dds_fab_close(s);
+    else if (!s->fab->tagged)
+        s->tp = &dds_transport_fabric_onesided; /* the group agreed on `tagged` */
     return rc;
 }
 
@@ -24,6 +31,36 @@ static int fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nop
 {
     (void)bounded;
     return dds_fab_read(s, v, ops, nops);
+}
+
+/* The owner serves the request from its progress thread, whatever the
+ * read's kind: versioned reads check their generations around it. */
+static int fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
+{
+    (void)bounded;
+    return dds_fab_gather(s, v, ops, nops);
+}
+
+/* Providers that move one-sided reads in software, through the target's
+ * CPU (a request and a reply per operation, as a gather request costs
+ * once per owner): tcp (tcp;ofi_rxm), sockets, udp (ofi_rxd), shm (its
+ * multi-transfer reads wait for the target's progress thread). Not: cxi,
+ * verbs, psm3, opx, efa, whose NICs serve reads without the target's CPU;
+ * there gather.c switches by row size. */
+static bool fab_rma_emulated(const dds_store *s)
+{
+    if (!s->fab)
+        return false;
+    const char *p = s->fab->prov;
+    static const char *hw[] = { "cxi", "verbs", "psm", "opx", "efa", "ucx" };
+    for (size_t i = 0; i < sizeof hw / sizeof *hw; i++)
+        if (strstr(p, hw[i]))
+            return false;
+    static const char *sw[] = { "tcp", "sockets", "udp", "shm", "rxd" };
+    for (size_t i = 0; i < sizeof sw / sizeof *sw; i++)
+        if (strstr(p, sw[i]))
+            return true;
+    return false;
 }
 
 static void fab_describe(const dds_store *s, char *buf, size_t cap)
@@ -52,4 +89,26 @@ const dds_transport dds_transport_fabric = {
     .unregister_recv = dds_fab_unregister_recv,
     .describe = fab_describe,
     .describe_domain = fab_describe_domain,
+    .gather = fab_gather,
+    .rma_emulated = fab_rma_emulated,
+};
+
+const dds_transport dds_transport_fabric_onesided = {
+    .size = sizeof(dds_transport),
+    .name = "libfabric",
+    .page_shards = true,
+    .collective_reads = false,
+    .open = fab_open,
+    .close = dds_fab_close,
+    .map_shard = NULL,
+    .expose = dds_fab_var_expose,
+    .release = dds_fab_var_release,
+    .read = fab_read,
+    .sync = NULL,
+    .register_recv = dds_fab_register_recv,
+    .unregister_recv = dds_fab_unregister_recv,
+    .describe = fab_describe,
+    .describe_domain = fab_describe_domain,
+    .gather = NULL,
+    .rma_emulated = fab_rma_emulated,
 };

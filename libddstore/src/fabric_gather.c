@@ -1,0 +1,465 @@
+/* Owner-side gather, the reader's side (methods 1 and 2; the owner's side
+ * is fabric_serve.c, the rule that chooses it gather.c).
+ *
+ * A read's remote transfers (grouped by owner) become one request per
+ * owner: the variable's index, the (offset, length) of each transfer in
+ * the owner's shard, the reply tag and this endpoint's address. A request
+ * holds at most DDS_GATHER_MAX_ENTRIES transfers and asks for at most
+ * DDS_GATHER_MAX_REPLY bytes (longer transfers are cut), so a batch of
+ * small rows is one request per owner. For each request the receive of the
+ * reply is posted before the request is sent; the reply lands straight in
+ * the destination when the request is one transfer (and the provider
+ * needs no local registration), else in a bounce buffer scattered on
+ * arrival. Up to WINDOW requests (and WINDOW_BYTES of replies) are in
+ * flight per call, to any mix of owners.
+ *
+ * Waits: completions come through the shared initiator CQ (fabric_read.c
+ * drains it and hands each to its request through the context), blocking
+ * on its file descriptor after a 50 us spin (without one, shm: sleeping
+ * 50 us between polls after 1 ms), so a waiting reader leaves
+ * the CPU to the threads it waits for. The read deadline
+ * (DDSTORE_READ_TIMEOUT_S, F->read_timeout_ns) bounds the time without a
+ * completion; a reader (method 2) also gives up once the publication is
+ * withdrawn. Either ends the read with an error naming the owner, cancels
+ * the receives still posted and marks the store broken, as fi_read does.
+ * Thread-safe: tags come from one atomic counter. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include "fabric_internal.h"
+
+#define WINDOW 64
+#define WINDOW_BYTES ((uint64_t)64 << 20)
+
+/* Bounce buffers of a call come from one arena per thread, kept between
+ * calls (a fresh malloc of a large reply costs a page fault per page, as
+ * much as the copy), up to WINDOW_BYTES; freed when the thread exits. */
+static pthread_key_t arena_key;
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+typedef struct arena {
+    char *buf;
+    size_t cap;
+} arena;
+
+static void arena_free(void *p)
+{
+    arena *a = p;
+    free(a->buf);
+    free(a);
+}
+
+static void arena_init(void) { pthread_key_create(&arena_key, arena_free); }
+
+/* This thread's arena of at least `n` bytes, or NULL. */
+static char *arena_get(size_t n)
+{
+    pthread_once(&arena_once, arena_init);
+    arena *a = pthread_getspecific(arena_key);
+    if (!a) {
+        a = calloc(1, sizeof *a);
+        if (!a || pthread_setspecific(arena_key, a) != 0) {
+            free(a);
+            return NULL;
+        }
+    }
+    if (a->cap < n) {
+        free(a->buf);
+        a->buf = malloc(n);
+        a->cap = a->buf ? n : 0;
+    }
+    return a->buf;
+}
+
+typedef struct piece {
+    char *dst;
+    uint64_t offset;
+    uint64_t len;
+} piece;
+
+struct gcall;
+
+typedef struct greq {
+    fab_ctx rc; /* the reply's receive */
+    fab_ctx sc; /* the request's send */
+    struct gcall *call;
+    int owner;
+    size_t first, npieces;
+    uint64_t bytes;
+    uint64_t tag;
+    char *bounce; /* NULL: the reply lands in the one piece's dst */
+    bool own_bounce; /* malloc'd for this request (else in the thread's arena) */
+    char *msg;
+    size_t msglen;
+    struct fid_mr *bmr, *smr;
+    _Atomic int left; /* completions still to come */
+    /* Written by the completing thread before `left` drops. */
+    int err;
+    bool err_reply;
+    size_t got;
+    char errmsg[320];
+} greq;
+
+typedef struct gcall {
+    _Atomic uint64_t completions;
+} gcall;
+
+static greq *of_rc(fab_ctx *c) { return (greq *)((char *)c - offsetof(greq, rc)); }
+static greq *of_sc(fab_ctx *c) { return (greq *)((char *)c - offsetof(greq, sc)); }
+
+static void note(greq *q, const char *fmt, const char *detail)
+{
+    if (q->err)
+        return;
+    q->err = DDS_EFABRIC;
+    snprintf(q->errmsg, sizeof q->errmsg, fmt, detail);
+}
+
+static void finish_one(greq *q)
+{
+    gcall *call = q->call;
+    atomic_fetch_add_explicit(&call->completions, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&q->left, 1, memory_order_acq_rel);
+}
+
+static void reply_done(fab_ctx *c, const struct fi_cq_tagged_entry *e, const char *err)
+{
+    greq *q = of_rc(c);
+    if (err) {
+        note(q, "receiving the reply failed: %s", err);
+    } else {
+        q->got = e->len;
+        q->err_reply = (e->tag & DDS_GATHER_ERR_TAG) != 0;
+    }
+    finish_one(q);
+}
+
+static void send_done(fab_ctx *c, const struct fi_cq_tagged_entry *e, const char *err)
+{
+    (void)e;
+    greq *q = of_sc(c);
+    if (err)
+        note(q, "sending the request failed: %s", err);
+    finish_one(q);
+}
+
+static void free_req(greq *q)
+{
+    if (q->bmr)
+        fi_close(&q->bmr->fid);
+    if (q->smr)
+        fi_close(&q->smr->fid);
+    if (q->own_bounce)
+        free(q->bounce);
+    free(q->msg);
+    free(q);
+}
+
+/* Waits of one call: spin 50 us, then block; errors at the deadline. */
+typedef struct gwait {
+    uint64_t since, progress_at, seen, stuck_since, last_check;
+} gwait;
+
+static int owner_of_first_pending(greq **reqs, size_t lo, size_t hi)
+{
+    for (size_t i = lo; i < hi; i++)
+        if (reqs[i] && atomic_load(&reqs[i]->left) > 0)
+            return reqs[i]->owner;
+    return -1;
+}
+
+/* Wait a little; an error once the deadline passes without completion or
+ * the publication is withdrawn (the message names the owner). */
+static int wait_some(struct dds_fabric *F, gcall *call, gwait *w, greq **reqs, size_t lo, size_t hi)
+{
+    uint64_t t = dds_now_ns();
+    if (w->since == 0)
+        w->since = t;
+    if (w->stuck_since == 0)
+        w->stuck_since = t;
+    uint64_t c = atomic_load_explicit(&call->completions, memory_order_relaxed);
+    if (w->progress_at == 0 || c != w->seen) {
+        w->progress_at = t;
+        w->seen = c;
+    } else if (F->read_timeout_ns && t - w->progress_at > F->read_timeout_ns) {
+        atomic_store(&F->broken, 1);
+        return dds_err(DDS_ETIMEDOUT,
+                       "owner-side gather%s%s did not complete: no reply for %.1f s (DDSTORE_READ_TIMEOUT_S) "
+                       "while waiting for group rank %d, which is dead or stuck; this store can no longer "
+                       "read: free it (a reader may join again)",
+                       F->pubdir ? " from the store published in " : "", F->pubdir ? F->pubdir : "",
+                       (double)F->read_timeout_ns * 1e-9, owner_of_first_pending(reqs, lo, hi));
+    }
+    if (dds_fab_withdrawn(F, w->stuck_since, &w->last_check))
+        return DDS_EFABRIC;
+    dds_fab_drain_cq(F, t - w->since > 50000);
+    /* No descriptor to block on (shm): back off instead of spinning once
+     * the reply is late. */
+    if (!F->cq_wait && t - w->since > 1000000)
+        sleep_s(50e-6);
+    return DDS_OK;
+}
+
+/* Build and post request `q` (its receive, then its send). */
+static int post_req(struct dds_fabric *F, struct dds_fabric_var *FV, greq *q, const piece *pc, char *bounce,
+                    gcall *call, gwait *w, greq **reqs, size_t lo, size_t hi)
+{
+    size_t apad = (F->my_alen + 7) & ~(size_t)7;
+    q->msglen = sizeof(dds_gather_req) + apad + q->npieces * sizeof(dds_gather_ent);
+    q->msg = calloc(1, q->msglen);
+    bool direct = q->npieces == 1 && !F->local_mr;
+    if (!direct && bounce) {
+        q->bounce = bounce;
+    } else if (!direct) {
+        q->bounce = malloc((size_t)q->bytes);
+        q->own_bounce = true;
+    }
+    if (!q->msg || (!direct && !q->bounce))
+        return dds_err(DDS_ENOMEM, "out of memory for a gather request of %llu bytes",
+                       (unsigned long long)q->bytes);
+    dds_gather_req h = { .magic = DDS_GATHER_MAGIC,
+                         .version = DDS_GATHER_VERSION,
+                         .alen = (uint16_t)F->my_alen,
+                         .var_index = FV->index,
+                         .nent = (uint32_t)q->npieces,
+                         .reply_tag = q->tag,
+                         .reply_bytes = q->bytes };
+    memcpy(q->msg, &h, sizeof h);
+    memcpy(q->msg + sizeof h, F->my_addr, F->my_alen);
+    dds_gather_ent *ents = (dds_gather_ent *)(q->msg + sizeof h + apad);
+    for (size_t i = 0; i < q->npieces; i++)
+        ents[i] = (dds_gather_ent){ .offset = pc[q->first + i].offset, .len = pc[q->first + i].len };
+    int rc;
+    if (F->local_mr) {
+        if ((rc = dds_fab_reg_mr(F, q->bounce, (size_t)q->bytes, FI_RECV, F->ep, &q->bmr)) ||
+            (rc = dds_fab_reg_mr(F, q->msg, q->msglen, FI_SEND, F->ep, &q->smr)))
+            return rc;
+    }
+    char *into = direct ? pc[q->first].dst : q->bounce;
+    bool inject = q->msglen <= F->inject;
+    atomic_store(&q->left, inject ? 1 : 2);
+    for (;;) {
+        ssize_t r = fi_trecv(F->ep, into, (size_t)q->bytes, q->bmr ? fi_mr_desc(q->bmr) : NULL, FI_ADDR_UNSPEC,
+                             q->tag, DDS_GATHER_ERR_TAG, &q->rc.ctx);
+        if (r == 0)
+            break;
+        if (r != -FI_EAGAIN) {
+            atomic_store(&q->left, 0);
+            return dds_fab_err((int)r, "fi_trecv (gather reply)");
+        }
+        if ((rc = wait_some(F, call, w, reqs, lo, hi)))
+            return rc; /* nothing of q is posted */
+    }
+    for (;;) {
+        ssize_t r = inject ? fi_tinject(F->ep, q->msg, q->msglen, F->peer[q->owner], DDS_GATHER_REQ_TAG)
+                           : fi_tsend(F->ep, q->msg, q->msglen, q->smr ? fi_mr_desc(q->smr) : NULL,
+                                      F->peer[q->owner], DDS_GATHER_REQ_TAG, &q->sc.ctx);
+        if (r == 0)
+            return DDS_OK;
+        if (r != -FI_EAGAIN) {
+            /* The receive is posted: cancel it; its completion (an error)
+             * ends the request. */
+            note(q, "sending the request failed: %s", fi_strerror((int)-r));
+            if (!inject)
+                atomic_fetch_sub(&q->left, 1);
+            fi_cancel(&F->ep->fid, &q->rc.ctx);
+            return DDS_OK;
+        }
+        if ((rc = wait_some(F, call, w, reqs, lo, hi))) {
+            if (!inject)
+                atomic_fetch_sub(&q->left, 1);
+            fi_cancel(&F->ep->fid, &q->rc.ctx);
+            return rc;
+        }
+    }
+}
+
+/* A completed request: check it, scatter its reply. */
+static int finish_req(dds_store *s, dds_var *v, greq *q, const piece *pc)
+{
+    if (q->err)
+        return dds_err(DDS_EFABRIC, "variable '%s': gather from group rank %d: %s", v->name, q->owner, q->errmsg);
+    if (q->err_reply) {
+        size_t n = q->got < q->bytes ? q->got : (size_t)q->bytes;
+        const char *text = q->bounce ? q->bounce : pc[q->first].dst;
+        return dds_err(DDS_EFABRIC, "variable '%s': group rank %d could not serve a gather request: %.*s",
+                       v->name, q->owner, (int)n, text);
+    }
+    if (q->got != q->bytes)
+        return dds_err(DDS_EPROTO, "variable '%s': gather reply of %zu bytes from group rank %d, %llu expected",
+                       v->name, q->got, q->owner, (unsigned long long)q->bytes);
+    if (q->bounce) {
+        const char *src = q->bounce;
+        for (size_t i = 0; i < q->npieces; i++) {
+            const piece *p = &pc[q->first + i];
+            memcpy(p->dst, src, (size_t)p->len);
+            src += p->len;
+        }
+    }
+    atomic_fetch_add(&s->st_gather_bytes, q->bytes);
+    return DDS_OK;
+}
+
+int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
+{
+    int rc = dds_fab_check_ops(s, v, ops, nops);
+    if (rc)
+        return rc;
+    struct dds_fabric *F = s->fab;
+    struct dds_fabric_var *FV = v->fab;
+    const uint64_t maxr = F->max_msg < DDS_GATHER_MAX_REPLY ? (uint64_t)F->max_msg : DDS_GATHER_MAX_REPLY;
+
+    /* Transfers cut at maxr, then requests: runs of one owner's pieces. */
+    size_t npc = 0;
+    for (size_t i = 0; i < nops; i++)
+        npc += ((uint64_t)ops[i].len + maxr - 1) / maxr;
+    if (npc == 0)
+        return DDS_OK;
+    piece *pc = malloc(npc * sizeof *pc);
+    int *owner = malloc(npc * sizeof *owner);
+    size_t *starts = malloc((npc + 1) * sizeof *starts); /* first piece of each request */
+    greq **reqs = calloc(npc, sizeof *reqs);
+    gcall *call = calloc(1, sizeof *call);
+    if (!pc || !owner || !starts || !reqs || !call) {
+        free(pc);
+        free(owner);
+        free(starts);
+        free(reqs);
+        free(call);
+        return dds_err(DDS_ENOMEM, "out of memory for a gather of %zu transfers", nops);
+    }
+    size_t k = 0, nreq = 0;
+    for (size_t i = 0; i < nops; i++)
+        for (uint64_t d = 0; d < (uint64_t)ops[i].len; d += maxr) {
+            uint64_t l = (uint64_t)ops[i].len - d < maxr ? (uint64_t)ops[i].len - d : maxr;
+            pc[k] = (piece){ .dst = ops[i].dst + d, .offset = (uint64_t)ops[i].src_offset + d, .len = l };
+            owner[k++] = ops[i].owner;
+        }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < npc; i++) {
+        if (i == 0 || owner[i] != owner[i - 1] || i - starts[nreq - 1] >= DDS_GATHER_MAX_ENTRIES ||
+            bytes + pc[i].len > maxr) {
+            starts[nreq++] = i;
+            bytes = 0;
+        }
+        bytes += pc[i].len;
+    }
+    starts[nreq] = npc;
+    /* Bounce bytes of the whole call: from the thread's arena when they fit. */
+    uint64_t nbounce = 0;
+    for (size_t r = 0; r < nreq; r++)
+        if (F->local_mr || starts[r + 1] - starts[r] > 1)
+            for (size_t i = starts[r]; i < starts[r + 1]; i++)
+                nbounce += pc[i].len;
+    char *arena_buf = !F->local_mr && nbounce && nbounce <= WINDOW_BYTES ? arena_get((size_t)nbounce) : NULL;
+    uint64_t arena_used = 0;
+
+    gwait w = { 0 };
+    size_t lo = 0, next = 0; /* requests [lo, next) posted, those before lo finished */
+    uint64_t inflight_bytes = 0;
+    int err = DDS_OK;
+    bool abandoned = false;
+    while (lo < nreq) {
+        /* Post while the window allows (one at least). */
+        while (err == DDS_OK && next < nreq && next - lo < WINDOW) {
+            uint64_t b = 0;
+            for (size_t i = starts[next]; i < starts[next + 1]; i++)
+                b += pc[i].len;
+            if (next > lo && inflight_bytes + b > WINDOW_BYTES)
+                break;
+            greq *q = calloc(1, sizeof *q);
+            if (!q) {
+                err = dds_err(DDS_ENOMEM, "out of memory for a gather request");
+                break;
+            }
+            q->rc.complete = reply_done;
+            q->sc.complete = send_done;
+            q->call = call;
+            q->owner = owner[starts[next]];
+            q->first = starts[next];
+            q->npieces = starts[next + 1] - starts[next];
+            q->bytes = b;
+            q->tag = atomic_fetch_add(&F->next_tag, 1) << 2;
+            reqs[next] = q;
+            char *bounce = NULL;
+            if (arena_buf && q->npieces > 1) {
+                bounce = arena_buf + arena_used;
+                arena_used += b;
+            }
+            int prc = post_req(F, FV, q, pc, bounce, call, &w, reqs, lo, next);
+            next++;
+            if (atomic_load(&q->left) > 0 || prc == DDS_OK)
+                atomic_fetch_add(&s->st_gather_requests, 1);
+            inflight_bytes += b;
+            if (prc) {
+                err = prc;
+                if (prc == DDS_ETIMEDOUT || atomic_load(&F->broken))
+                    abandoned = true;
+                break;
+            }
+            w.since = 0;
+        }
+        if (abandoned)
+            break;
+        if (lo == next)
+            break; /* nothing posted (an error before the first) */
+        /* Finish what has completed, in order. */
+        bool any = false;
+        while (lo < next && atomic_load_explicit(&reqs[lo]->left, memory_order_acquire) == 0) {
+            greq *q = reqs[lo];
+            int frc = finish_req(s, v, q, pc);
+            if (frc && err == DDS_OK)
+                err = frc;
+            inflight_bytes -= q->bytes;
+            free_req(q);
+            reqs[lo++] = NULL;
+            any = true;
+        }
+        if (err && lo == next)
+            break; /* no more posts after an error; all posted ones are done */
+        if (lo == nreq)
+            break;
+        if (!any) {
+            int wrc = wait_some(F, call, &w, reqs, lo, next);
+            if (wrc) {
+                err = wrc;
+                abandoned = true;
+                break;
+            }
+        } else {
+            w.since = 0;
+        }
+    }
+    if (abandoned) {
+        /* The provider may still complete the requests in flight: cancel
+         * their receives and leave them (and the call, and the arena they
+         * may land in: the thread gets a new one) allocated. */
+        if (arena_buf) {
+            arena *a = pthread_getspecific(arena_key);
+            if (a && a->buf == arena_buf) {
+                a->buf = NULL;
+                a->cap = 0;
+            }
+        }
+        for (size_t i = lo; i < next; i++)
+            if (reqs[i] && atomic_load(&reqs[i]->left) > 0)
+                fi_cancel(&F->ep->fid, &reqs[i]->rc.ctx);
+        free(starts);
+        free(owner);
+        free(pc);
+        free(reqs);
+        return err;
+    }
+    free(starts);
+    free(owner);
+    free(pc);
+    free(reqs);
+    free(call);
+    return err;
+}

@@ -1,0 +1,221 @@
+"""Owner-side gather over libfabric (methods 1 and 2, issue 24): a batched
+read sends each remote owner one request and gets one reply, served by the
+owner's progress thread. Rows bit-exact in any order with repeats and across
+shards, one request per remote owner per batch (counted by stats()), none
+with DDSTORE_GATHER=never, concurrent readers, method-2 readers (not in the
+owners' address vectors) get replies too."""
+import threading
+
+import numpy as np
+import pytest
+
+import pyddstore
+from pyddstore import PyDDStore
+
+from fabric_helpers import PROVIDER, environ, local_values, offsets, shared_tmpdir, values
+
+pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
+
+
+def make_store(comm, method=1, gather=None, hs=None):
+    kw = {"handshake_dir": hs} if hs else {}
+    with environ(DDSTORE_NODE_LOCAL="0", DDSTORE_GATHER=gather):
+        return PyDDStore(comm, method, fabric=PROVIDER, **kw)
+
+
+def remote_owners(rows, off, rank):
+    owners = np.searchsorted(off, rows, side="right") - 1
+    return len(set(owners.tolist()) - {rank})
+
+
+def test_read_protocol_is_gather_on_software_rma(comm):
+    s = make_store(comm)
+    try:
+        proto = s.info()["read_protocol"]
+        if comm.Get_size() > 1 and PROVIDER in ("tcp", "shm"):
+            assert proto.startswith("owner-side gather"), proto
+    finally:
+        s.free()
+
+
+@pytest.mark.parametrize("shape,dtype", [((), "int64"), ((3,), "float32"), ((4097,), "uint8"),
+                                         ((70000,), "uint8")])
+def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape, dtype):
+    s = make_store(comm)
+    try:
+        s.add("g", local_values(rank, size, shape, dtype, 7))
+        off = offsets(size)
+        total = int(off[-1])
+        want = values(np.arange(total), shape, dtype, 7)
+        rng = np.random.default_rng(rank + 100)
+        big = np.dtype(dtype).itemsize * int(np.prod(shape)) > 10000
+        for k in ((1, 7, 40) if big else (1, 7, 64, 300)):
+            rows = rng.integers(0, total, size=k)
+            rows[:k // 2] = rows[k // 2:2 * (k // 2)]  # repeats
+            out = np.zeros((k,) + shape, dtype=dtype)
+            before = s.stats()["gather_requests"]
+            s.get_batch("g", out, rows)
+            assert out.tobytes() == want[rows].tobytes()
+            n = s.stats()["gather_requests"] - before
+            assert n == remote_owners(rows, off, rank), (n, k)
+        # Contiguous reads spanning every shard.
+        outc = np.zeros((total,) + shape, dtype=dtype)
+        s.get("g", outc, 0)
+        assert outc.tobytes() == want.tobytes()
+        if total > 2:
+            outm = np.zeros((total - 2,) + shape, dtype=dtype)
+            s.get("g", outm, 1)
+            assert outm.tobytes() == want[1:total - 1].tobytes()
+        comm.Barrier()
+    finally:
+        s.free()
+
+
+def test_large_batches_split_into_several_requests(comm, rank, size):
+    """More rows than one request carries (3584), and a reply over 8 MiB."""
+    s = make_store(comm)
+    try:
+        s.add("small", local_values(rank, size, (), "int32", 8))
+        s.add("big", local_values(rank, size, (1 << 20,), "uint8", 9))
+        off = offsets(size)
+        total = int(off[-1])
+        rng = np.random.default_rng(rank)
+        rows = rng.integers(0, total, size=10000)
+        out = np.zeros(10000, dtype=np.int32)
+        s.get_batch("small", out, rows)
+        assert out.tobytes() == values(rows, (), "int32", 8).tobytes()
+        rows = rng.integers(0, total, size=12)
+        outb = np.zeros((12, 1 << 20), dtype=np.uint8)
+        s.get_batch("big", outb, rows)
+        assert outb.tobytes() == values(rows, (1 << 20,), "uint8", 9).tobytes()
+        comm.Barrier()
+    finally:
+        s.free()
+
+
+def test_gather_never_sends_no_request(comm, rank, size):
+    s = make_store(comm, gather="never")
+    try:
+        assert s.info()["read_protocol"].startswith("one-sided reads"), s.info()["read_protocol"]
+        s.add("n", local_values(rank, size, (5,), "int16", 10))
+        total = int(offsets(size)[-1])
+        rows = np.random.default_rng(rank).integers(0, total, size=200)
+        out = np.zeros((200, 5), dtype=np.int16)
+        s.get_batch("n", out, rows)
+        assert out.tobytes() == values(rows, (5,), "int16", 10).tobytes()
+        assert s.stats()["gather_requests"] == 0
+        comm.Barrier()
+    finally:
+        s.free()
+
+
+def test_four_threads_gather_concurrently(comm, rank, size):
+    s = make_store(comm)
+    try:
+        s.add("t", local_values(rank, size, (17,), "float64", 11))
+        total = int(offsets(size)[-1])
+        want = values(np.arange(total), (17,), "float64", 11)
+        errors = []
+
+        def reader(seed):
+            rng = np.random.default_rng(seed)
+            try:
+                for _ in range(60):
+                    rows = rng.integers(0, total, size=int(rng.integers(1, 200)))
+                    out = np.zeros((len(rows), 17))
+                    s.get_batch("t", out, rows)
+                    assert out.tobytes() == want[rows].tobytes()
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader, args=(rank * 10 + i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        comm.Barrier()
+    finally:
+        s.free()
+
+
+def test_method2_reader_gets_replies(comm, rank, size):
+    """A reader in rank 0's process, outside the owners' address vectors."""
+    hs = shared_tmpdir(comm, "ddstore-gather-") + "/hs"
+    s = make_store(comm, method=2, hs=hs)
+    try:
+        s.add("m", local_values(rank, size, (6,), "uint16", 12))
+        comm.Barrier()
+        if rank == 0:
+            with environ(DDSTORE_NODE_LOCAL="0"):
+                r = pyddstore.join(handshake_dir=hs, n_core=size, timeout=30)
+            try:
+                off = offsets(size)
+                total = int(off[-1])
+                rows = np.random.default_rng(5).integers(0, total, size=500)
+                out = np.zeros((500, 6), dtype=np.uint16)
+                r.get_batch("m", out, rows)
+                assert out.tobytes() == values(rows, (6,), "uint16", 12).tobytes()
+                # shm: a reader in a core rank's process reads one-sided (fabric_join.c).
+                if PROVIDER == "tcp":
+                    assert r.info()["read_protocol"].startswith("owner-side gather")
+                    # A reader owns no rows: every owner is remote.
+                    assert r.stats()["gather_requests"] == remote_owners(rows, off, -1)
+            finally:
+                r.free()
+        comm.Barrier()
+    finally:
+        s.free()
+
+
+def test_stopped_owner_gives_a_clear_error(comm, rank, size):
+    """An owner that serves nothing (its process stopped) ends a reader's
+    gather with a timeout naming it, within DDSTORE_READ_TIMEOUT_S."""
+    import os
+    import signal
+    import time
+
+    if size < 2:
+        pytest.skip("needs a second rank")
+    hs = shared_tmpdir(comm, "ddstore-gather-") + "/hs"
+    s = make_store(comm, method=2, hs=hs)
+    pids = comm.allgather(os.getpid())
+    try:
+        s.add("d", np.full((5, 4), rank, dtype=np.int32))
+        comm.Barrier()
+        err, took, gathered = None, 0.0, True
+        if rank == 0:
+            with environ(DDSTORE_READ_TIMEOUT_S="2"):
+                r = pyddstore.join(handshake_dir=hs, n_core=size, timeout=30)
+            # shm: a reader in a core rank's process reads one-sided
+            # (fabric_join.c), which needs no owner's CPU: nothing to test.
+            gathered = r.info()["read_protocol"].startswith("owner-side gather")
+            victim = size - 1
+            rows = np.arange(5 * victim, 5 * victim + 5)
+            out = np.zeros((5, 4), dtype=np.int32)
+            r.get_batch("d", out, rows)  # connected and served once
+            assert (out == victim).all()
+            if gathered:
+                os.kill(pids[victim], signal.SIGSTOP)
+                for _ in range(200):  # until every thread of it has stopped
+                    with open(f"/proc/{pids[victim]}/status") as f:
+                        if any(ln.startswith("State:") and "T" in ln.split()[1] for ln in f):
+                            break
+                    time.sleep(0.01)
+                t0 = time.monotonic()
+                try:
+                    r.get_batch("d", out, rows)
+                except pyddstore.DDStoreError as e:
+                    err = str(e)
+                finally:
+                    took = time.monotonic() - t0
+                    os.kill(pids[victim], signal.SIGCONT)
+            r.free()
+        err, took, gathered = comm.bcast((err, took, gathered), root=0)  # every rank asserts alike
+        if gathered:
+            assert err is not None, "the read of a stopped owner did not fail"
+            assert f"group rank {size - 1}" in err, err
+            assert took < 20, took
+        comm.Barrier()
+    finally:
+        s.free()
