@@ -42,7 +42,12 @@ CONFIGS = {
     "m0": (0, None),
     "m1_tcp": (1, "tcp"),
     "m2_tcp": (2, "tcp"),
+    # Method 1's one-sided reads (the path before the owner-side gather), the in-run
+    # baseline of "no worse than before the gather" (get_batch part only).
+    "m1_tcp_1s": (1, "tcp"),
 }
+CONFIG_ENV = {"m1_tcp_1s": {"DDSTORE_GATHER": "never"}}
+LOADER_CONFIGS = ("m0", "m1_tcp", "m2_tcp")
 CEIL_BYTES = 4 << 20
 
 
@@ -69,10 +74,12 @@ def topology():
     return hosts, remote
 
 
-def open_store(method, fabric, hs_dir, node_local):
-    """A store for one configuration, or the reason why not (same outcome on every rank)."""
-    saved = os.environ.get("DDSTORE_NODE_LOCAL")
-    os.environ["DDSTORE_NODE_LOCAL"] = node_local
+def open_store(method, fabric, hs_dir, node_local, env=None):
+    """A store for one configuration, or the reason why not (same outcome on every rank).
+    env: more environment for its creation (the read protocol is chosen then)."""
+    env = {"DDSTORE_NODE_LOCAL": node_local, **(env or {})}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         kw = {}
         if fabric:
@@ -85,10 +92,11 @@ def open_store(method, fabric, hs_dir, node_local):
     except DDStoreError as e:
         return None, f"error: {type(e).__name__}: {e}"
     finally:
-        if saved is None:
-            os.environ.pop("DDSTORE_NODE_LOCAL", None)
-        else:
-            os.environ["DDSTORE_NODE_LOCAL"] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def make_shard(rank, rows, rb):
@@ -128,7 +136,7 @@ def run_get(args, link, hs_root):
     stores, notes = {}, []
     for label in args.configs:
         method, fabric = CONFIGS[label]
-        st, why = open_store(method, fabric, os.path.join(hs_root, label), node_local)
+        st, why = open_store(method, fabric, os.path.join(hs_root, label), node_local, CONFIG_ENV.get(label))
         if st is None:
             notes.append(f"B5 {label}: skipped ({why.splitlines()[0][:300]})")
             C.log(notes[-1])
@@ -261,7 +269,7 @@ def run_loader(args, hs_root):
         def __getitem__(self, i):
             return torch.from_numpy(xa[i]), int(ya[i])
 
-    for label in args.configs:
+    for label in [c for c in args.configs if c in LOADER_CONFIGS]:
         method, fabric = CONFIGS[label]
         saved = os.environ.get("DDSTORE_FABRIC")
         if fabric:

@@ -28,8 +28,10 @@
 /* Rounds of a collective gather (method 0): up to this many bytes of
  * replies per rank per round, so the exchange buffers stay bounded by
  * a few MiB however large a batch is (upstream DDStore measured 2 MiB
- * rounds; 4 MiB amortises the three collectives of a round further). */
-#define DEFAULT_ROUND_BYTES (4 << 20)
+ * rounds; over TCP, B5 measured 64 KiB rows at 0.6x method 1 with 4 MiB
+ * rounds and 0.8x with 16 MiB, while rows of 64 B to 4 KiB did not
+ * change: fewer, larger rounds keep the transfer streaming). */
+#define DEFAULT_ROUND_BYTES (16 << 20)
 #define MAX_ROUND_BYTES (1 << 30)
 
 static const char *mode_name(int mode)

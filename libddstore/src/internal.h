@@ -191,6 +191,7 @@ struct dds_store {
      * communicator of the exchange (rma_gather.c; MPI_COMM_NULL if none). */
     int64_t gather_rounds;
     MPI_Comm gather_comm;
+    struct dds_gx *gather_gx;    /* its buffers, kept between reads (rma_gather.c) */
 
     struct dds_storage *storage; /* shards in files under a directory, or NULL (storage.c) */
 };

@@ -56,11 +56,15 @@ int dds_rma_gather_open(dds_store *s)
     return rc;
 }
 
+static void gx_free(struct dds_gx *g);
+
 void dds_rma_gather_close(dds_store *s)
 {
     if (s->gather_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->gather_comm);
     s->gather_comm = MPI_COMM_NULL;
+    gx_free(s->gather_gx);
+    s->gather_gx = NULL;
 }
 
 /* MPI does not say whether MPI_Get is offloaded to the NIC, and method 0's
@@ -72,7 +76,11 @@ bool dds_rma_emulated(const dds_store *s)
     return true;
 }
 
-typedef struct gx {
+/* The exchange's buffers, kept by the store between reads (s->gather_gx):
+ * a batch's replies are megabytes, and fresh allocations of that size pay
+ * their page faults again on every read. Reads are group-collective, so
+ * one thread at a time uses them. */
+typedef struct dds_gx {
     int n;
     int64_t *hdr_out, *hdr_in; /* 2n each: {transfers, variable index} per peer */
     int *scount, *sdisp, *rcount, *rdisp, *pos; /* n each */
@@ -80,12 +88,15 @@ typedef struct gx {
     unsigned char *counted;    /* n: owner already counted in st_gather_requests */
     int64_t *pairs_out, *pairs_in;
     size_t pairs_in_cap;
+    size_t pairs_out_cap;
     char *reply_out, *reply_in;
-    size_t reply_out_cap;
+    size_t reply_out_cap, reply_in_cap;
 } gx;
 
-static void gx_free(gx *g)
+static void gx_free(struct dds_gx *g)
 {
+    if (!g)
+        return;
     free(g->hdr_out);
     free(g->scount);
     free(g->rbytes);
@@ -94,6 +105,7 @@ static void gx_free(gx *g)
     free(g->pairs_in);
     free(g->reply_out);
     free(g->reply_in);
+    free(g);
 }
 
 /* Out of step for good: this rank leaves the exchange early. */
@@ -153,15 +165,23 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
         return broken(s, dds_err(DDS_ESTATE, "method 0: no gather communicator for a collective read"));
     int n = s->group_size;
     int rc = DDS_OK;
-    gx g = { .n = n };
-    g.hdr_out = malloc(4 * (size_t)n * sizeof *g.hdr_out);
-    g.scount = malloc(5 * (size_t)n * sizeof *g.scount);
-    g.rbytes = malloc((size_t)n * sizeof *g.rbytes);
-    g.counted = calloc((size_t)n, 1);
-    if (!g.hdr_out || !g.scount || !g.rbytes || !g.counted) {
-        gx_free(&g);
-        return broken(s, dds_err(DDS_ENOMEM, "out of memory for a gather exchange of %d ranks", n));
+    if (!s->gather_gx) {
+        gx *c = calloc(1, sizeof *c);
+        if (c) {
+            c->n = n;
+            c->hdr_out = malloc(4 * (size_t)n * sizeof *c->hdr_out);
+            c->scount = malloc(5 * (size_t)n * sizeof *c->scount);
+            c->rbytes = malloc((size_t)n * sizeof *c->rbytes);
+            c->counted = malloc((size_t)n);
+        }
+        if (!c || !c->hdr_out || !c->scount || !c->rbytes || !c->counted) {
+            gx_free(c);
+            return broken(s, dds_err(DDS_ENOMEM, "out of memory for a gather exchange of %d ranks", n));
+        }
+        s->gather_gx = c;
     }
+    gx g = *s->gather_gx;
+    memset(g.counted, 0, (size_t)n);
     g.hdr_in = g.hdr_out + 2 * n;
     g.sdisp = g.scount + n;
     g.rcount = g.scount + 2 * n;
@@ -188,14 +208,15 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
                 most_bytes = bytes;
             i = end;
         }
-        g.pairs_out = malloc(2 * most_ops * sizeof *g.pairs_out);
-        g.reply_in = malloc((size_t)most_bytes);
+        bool short_of_memory =
+            grow((void **)&g.pairs_out, &g.pairs_out_cap, 2 * most_ops * sizeof *g.pairs_out) ||
+            grow((void **)&g.reply_in, &g.reply_in_cap, (size_t)most_bytes);
         pthread_rwlock_rdlock(&s->vars_lock);
         for (int64_t i = 0; i < s->nvars; i++)
             if (s->vars[i] == v)
                 vidx = i;
         pthread_rwlock_unlock(&s->vars_lock);
-        if (!g.pairs_out || !g.reply_in || vidx < 0) {
+        if (short_of_memory || vidx < 0) {
             /* Ask for nothing, still serve the others. */
             rc = vidx < 0 ? dds_err(DDS_ESTATE, "variable '%s' is not in the store's table", v->name)
                           : dds_err(DDS_ENOMEM, "variable '%s': out of memory for gather buffers "
@@ -342,6 +363,6 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
             g.pos[p] += (int)ops[i].len;
         }
     }
-    gx_free(&g);
+    *s->gather_gx = g;
     return rc;
 }
