@@ -7,8 +7,8 @@ a group across nodes) with at least 2 ranks; skipped elsewhere. The read
 protocol settings are read at store creation, so each test sets them in
 os.environ (alike on every rank) around its store.
 """
-import contextlib
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -23,23 +23,9 @@ pytestmark = pytest.mark.skipif(METHOD != 0, reason="method 0 only")
 ROW_SIZES = (1, 24, 4096)
 
 
-@contextlib.contextmanager
-def env(**kw):
-    old = {k: os.environ.get(k) for k in kw}
-    os.environ.update({k: str(v) for k, v in kw.items()})
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def gather_store(comm, **settings):
     settings.setdefault("DDSTORE_GATHER", "auto")
-    with env(**settings):
+    with mock.patch.dict(os.environ, {k: str(v) for k, v in settings.items()}):
         s = make_store(comm)
     if comm.Get_size() < 2 or not s.info()["reads_collective"]:
         s.free()

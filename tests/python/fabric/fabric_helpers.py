@@ -7,6 +7,7 @@ hold and compare bit-exact.
 import contextlib
 import os
 import tempfile
+import threading
 
 import numpy as np
 
@@ -93,3 +94,29 @@ def through_fabric():
     """Stores created inside read other ranks' rows through libfabric even on
     one node (DDSTORE_NODE_LOCAL=0 disables the shared-memory shortcut)."""
     return environ(DDSTORE_NODE_LOCAL="0")
+
+
+def read_in_threads(store, name, want, seeds, batches, most_rows):
+    """get_batch of random rows of `name` from one thread per seed at once, each
+    batch (1 to most_rows rows) checked bit-exact against `want` (every row);
+    raises the first thread's error."""
+    errors = []
+
+    def reader(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(batches):
+                rows = rng.integers(0, len(want), size=int(rng.integers(1, most_rows + 1)))
+                out = np.zeros((len(rows),) + want.shape[1:], dtype=want.dtype)
+                store.get_batch(name, out, rows)
+                assert out.tobytes() == want[rows].tobytes()
+        except Exception as e:  # noqa: BLE001 - raised below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(seed,)) for seed in seeds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

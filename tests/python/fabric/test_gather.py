@@ -4,7 +4,6 @@ owner's progress thread. Rows bit-exact in any order with repeats and across
 shards, one request per remote owner per batch (counted by stats()), none
 with DDSTORE_GATHER=never, concurrent readers, method-2 readers (not in the
 owners' address vectors) get replies too."""
-import threading
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import pytest
 import pyddstore
 from pyddstore import PyDDStore
 
-from fabric_helpers import PROVIDER, environ, local_values, offsets, shared_tmpdir, values
+from fabric_helpers import PROVIDER, environ, local_values, offsets, read_in_threads, shared_tmpdir, values
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
 
@@ -115,25 +114,7 @@ def test_four_threads_gather_concurrently(comm, rank, size):
         s.add("t", local_values(rank, size, (17,), "float64", 11))
         total = int(offsets(size)[-1])
         want = values(np.arange(total), (17,), "float64", 11)
-        errors = []
-
-        def reader(seed):
-            rng = np.random.default_rng(seed)
-            try:
-                for _ in range(60):
-                    rows = rng.integers(0, total, size=int(rng.integers(1, 200)))
-                    out = np.zeros((len(rows), 17))
-                    s.get_batch("t", out, rows)
-                    assert out.tobytes() == want[rows].tobytes()
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=reader, args=(rank * 10 + i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors
+        read_in_threads(s, "t", want, [rank * 10 + i for i in range(4)], batches=60, most_rows=199)
         comm.Barrier()
     finally:
         s.free()

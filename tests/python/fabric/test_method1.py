@@ -1,7 +1,6 @@
 """Method 1 (libfabric, addresses exchanged over MPI): reads that need no
 help from the owning rank, concurrent readers, receive buffers, and a clear
 error for an absent provider."""
-import threading
 import time
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 import pyddstore
 from pyddstore import DDStoreError, PyDDStore
 
-from fabric_helpers import PROVIDER, local_values, offsets, rows_of, through_fabric, values
+from fabric_helpers import PROVIDER, local_values, offsets, read_in_threads, rows_of, through_fabric, values
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
 
@@ -58,25 +57,7 @@ def test_four_threads_read_concurrently(store, comm, rank, size):
     s.add("t", local_values(rank, size, (33,), "int16", 6))
     total = int(offsets(size)[-1])
     want = values(np.arange(total), (33,), "int16", 6)
-    errors = []
-
-    def reader(seed):
-        rng = np.random.default_rng(seed)
-        try:
-            for _ in range(40):
-                rows = rng.integers(0, total, size=64)
-                out = np.zeros((64, 33), dtype=np.int16)
-                s.get_batch("t", out, rows)
-                assert out.tobytes() == want[rows].tobytes()
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=reader, args=(rank * 10 + i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    read_in_threads(s, "t", want, [rank * 10 + i for i in range(4)], batches=40, most_rows=64)
     comm.Barrier()
 
 
