@@ -12,6 +12,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import pyddstore
 from pyddstore import DDStoreError
@@ -46,10 +47,22 @@ def add_rows(s, comm, name, row_bytes, salt=0):
     return every, counts
 
 
-def remote_owners(s, counts, rows):
+def near_ranks(s):
+    """Group ranks this rank reads by memcpy, never by gather: itself, and its node
+    peers where shards are in node shared memory (across hosts). Group-collective."""
+    names = s.group_comm.allgather(MPI.Get_processor_name())
+    if not s.info()["node_shm"]:
+        return {s.group_rank}
+    return {r for r, name in enumerate(names) if name == names[s.group_rank]}
+
+
+def owners_of(counts, rows):
     offsets = np.concatenate([[0], np.cumsum(counts)])
-    owners = np.searchsorted(offsets, rows, side="right") - 1
-    return len(set(owners.tolist()) - {s.group_rank})
+    return np.searchsorted(offsets, rows, side="right") - 1
+
+
+def remote_owners(near, counts, rows):
+    return len(set(owners_of(counts, rows).tolist()) - near)
 
 
 @pytest.mark.parametrize("row_bytes", ROW_SIZES)
@@ -58,6 +71,7 @@ def test_batches_bit_exact_and_counted(comm, row_bytes):
     try:
         assert s.info()["read_protocol"].startswith("owner-side gather")
         every, counts = add_rows(s, comm, "g", row_bytes)
+        near = near_ranks(s)
         rng = np.random.default_rng(comm.Get_rank() + 11)
         for k in range(6):
             n = int(rng.integers(0, 300)) if k else 0
@@ -70,8 +84,9 @@ def test_batches_bit_exact_and_counted(comm, row_bytes):
             s.get_batch("g", out, rows)
             assert out.tobytes() == every[rows].tobytes()
             st = s.stats()
-            assert st["gather_requests"] == remote_owners(s, counts, rows)
-            assert st["gather_bytes"] == st["bytes_remote"]
+            assert st["gather_requests"] == remote_owners(near, counts, rows)
+            far = ~np.isin(owners_of(counts, rows), list(near))
+            assert st["gather_bytes"] == int(far.sum()) * row_bytes
     finally:
         s.free()
 
@@ -80,6 +95,7 @@ def test_get_ranges_spanning_shards(comm):
     s = gather_store(comm)
     try:
         every, counts = add_rows(s, comm, "r", 12)
+        near = near_ranks(s)
         total = len(every)
         rng = np.random.default_rng(comm.Get_rank() + 3)
         starts = rng.integers(0, total, size=20)
@@ -91,7 +107,7 @@ def test_get_ranges_spanning_shards(comm):
         want = np.concatenate([every[a:a + b] for a, b in zip(starts, lens)])
         assert out.tobytes() == want.tobytes()
         assert s.stats()["gather_requests"] == sum(1 for r in range(s.group_size)
-                                                   if r != s.group_rank and counts[r])
+                                                   if r not in near and counts[r])
     finally:
         s.free()
 
@@ -103,6 +119,7 @@ def test_batches_larger_than_a_round(comm, row_bytes):
     s = gather_store(comm, DDSTORE_GATHER_ROUND_BYTES=5000)
     try:
         every, counts = add_rows(s, comm, "big", row_bytes, salt=1)
+        near = near_ranks(s)
         rng = np.random.default_rng(comm.Get_rank())
         n = 50 + 400 * comm.Get_rank()
         rows = rng.integers(0, len(every), size=n)
@@ -110,7 +127,7 @@ def test_batches_larger_than_a_round(comm, row_bytes):
         s.reset_stats()
         s.get_batch("big", out, rows)
         assert out.tobytes() == every[rows].tobytes()
-        assert s.stats()["gather_requests"] == remote_owners(s, counts, rows)
+        assert s.stats()["gather_requests"] == remote_owners(near, counts, rows)
         out = np.zeros((len(every), row_bytes), dtype=np.uint8)
         s.get_ranges("big", out, [0], [len(every)])
         assert out.tobytes() == every.tobytes()
