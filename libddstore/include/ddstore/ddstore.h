@@ -435,9 +435,9 @@ DDS_API int dds_get(dds_store *store, const char *name, void *out,
  * for method 0 inside the collective read, after its agreement step, by
  * every rank of the group, also one in dds_free() that meets the read, in
  * rounds of at most DDSTORE_GATHER_ROUND_BYTES of rows per rank), or by
- * one-sided reads, one
- * operation per contiguous run of rows. DDSTORE_GATHER=auto (default)
- * gathers where the transport emulates one-sided reads in software
+ * one-sided reads, one operation per contiguous run of rows. With
+ * DDSTORE_GATHER unset or "auto" (the default), a store gathers where the
+ * transport emulates one-sided reads in software
  * (libfabric tcp and shm; method 0, whose batched reads across nodes are
  * collective anyway) and else for rows smaller than
  * DDSTORE_GATHER_SWITCH_BYTES (default 8192); "always" and "never" force
