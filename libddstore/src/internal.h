@@ -183,7 +183,7 @@ struct dds_store {
     _Atomic uint64_t st_gather_requests, st_gather_bytes;
 
     int gather_mode;             /* enum dds_gather_mode (gather.c) */
-    int64_t gather_switch_bytes; /* auto: gather rows smaller than this */
+    int64_t gather_switch_bytes; /* DDSTORE_GATHER_SWITCH_BYTES, -1: the transport's default (gather.c) */
     int64_t gather_round_bytes;  /* collective gather: reply bytes per rank per round (gather.c) */
     /* Collective gather (method 0): the rounds of exchange the current
      * collective read's step agreed on, set by read.c before tp->gather

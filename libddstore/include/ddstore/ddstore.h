@@ -436,12 +436,12 @@ DDS_API int dds_get(dds_store *store, const char *name, void *out,
  * every rank of the group, also one in dds_free() that meets the read, in
  * rounds of at most DDSTORE_GATHER_ROUND_BYTES of rows per rank), or by
  * one-sided reads, one operation per contiguous run of rows. With
- * DDSTORE_GATHER unset or "auto" (the default), a store gathers where the
- * transport emulates one-sided reads in software
- * (libfabric tcp and shm; method 0, whose batched reads across nodes are
- * collective anyway) and else for rows smaller than
- * DDSTORE_GATHER_SWITCH_BYTES (default 8192); "always" and "never" force
- * it; the settings must be alike on every rank. Store property
+ * DDSTORE_GATHER unset or "auto" (the default), a store gathers rows
+ * smaller than DDSTORE_GATHER_SWITCH_BYTES and reads larger ones
+ * one-sided; by default 32768 where libfabric emulates one-sided reads in
+ * software (tcp, shm), 8192 on hardware RDMA, and every size for method 0
+ * (its batched reads across nodes are collective anyway); "always" and
+ * "never" force it; the settings must be alike on every rank. Store property
  * "read_protocol" says what was chosen; dds_stats counts the requests. */
 DDS_API int dds_get_batch(dds_store *store, const char *name, void *out,
                           const int64_t *rows, int64_t nrows);

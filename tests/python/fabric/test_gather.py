@@ -40,7 +40,7 @@ def test_read_protocol_is_gather_on_software_rma(comm):
 @pytest.mark.parametrize("shape,dtype", [((), "int64"), ((3,), "float32"), ((4097,), "uint8"),
                                          ((70000,), "uint8")])
 def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape, dtype):
-    s = make_store(comm)
+    s = make_store(comm, gather="always")  # rows of 32 KiB and more: auto reads them one-sided
     try:
         s.add("g", local_values(rank, size, shape, dtype, 7))
         off = offsets(size)
@@ -72,7 +72,7 @@ def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape,
 
 def test_large_batches_split_into_several_requests(comm, rank, size):
     """More rows than one request carries (3584), and a reply over 8 MiB."""
-    s = make_store(comm)
+    s = make_store(comm, gather="always")
     try:
         s.add("small", local_values(rank, size, (), "int32", 8))
         s.add("big", local_values(rank, size, (1 << 20,), "uint8", 9))
@@ -87,6 +87,30 @@ def test_large_batches_split_into_several_requests(comm, rank, size):
         outb = np.zeros((12, 1 << 20), dtype=np.uint8)
         s.get_batch("big", outb, rows)
         assert outb.tobytes() == values(rows, (1 << 20,), "uint8", 9).tobytes()
+        comm.Barrier()
+    finally:
+        s.free()
+
+
+def test_auto_reads_large_rows_one_sided(comm, rank, size):
+    """On software RMA, auto gathers rows under 32 KiB and reads larger ones one-sided."""
+    s = make_store(comm)
+    try:
+        proto = s.info()["read_protocol"]
+        if PROVIDER in ("tcp", "shm"):
+            assert "rows under 32768 bytes" in proto, proto
+        s.add("small", local_values(rank, size, (32767,), "uint8", 12))
+        s.add("large", local_values(rank, size, (32768,), "uint8", 13))
+        off = offsets(size)
+        total = int(off[-1])
+        rows = np.random.default_rng(rank + 7).integers(0, total, size=9)
+        for name, width, salt, gathered in (("small", 32767, 12, True), ("large", 32768, 13, False)):
+            out = np.zeros((9, width), dtype=np.uint8)
+            before = s.stats()["gather_requests"]
+            s.get_batch(name, out, rows)
+            assert out.tobytes() == values(rows, (width,), "uint8", salt).tobytes()
+            n = s.stats()["gather_requests"] - before
+            assert n == (remote_owners(rows, off, rank) if gathered else 0), (name, n)
         comm.Barrier()
     finally:
         s.free()
