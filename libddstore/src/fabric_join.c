@@ -318,13 +318,16 @@ int dds_fab_join(dds_store **out, const char *dir, int n_core, double timeout_s)
         s->method = DDS_METHOD_FILE;
         /* Owners serve gather when their provider gives tagged messages;
          * this reader's, the same provider, gives them too or not at all.
-         * Not with shm when a core rank of the run lives in this process
-         * (F->token): its target endpoint would insert this reader's
-         * address, which shm maps in-process to the reader's own region,
-         * and poll it after the reader closed (seen: a segfault in the
-         * core's progress thread). One-sided reads leave it alone. */
-        bool same_process_shm = F->token && strstr(F->prov, "shm") != NULL;
-        F->tagged = F->tagged && !same_process_shm;
+         * Not over shm: there every owner is on this node, and a one-sided
+         * read (cross-memory attach) of a killed owner fails at once, while
+         * a gather request to it waits until the publication is seen
+         * withdrawn, which takes as long as the launcher takes to end the
+         * rest of the core job (seen: over 20 s on a loaded machine). And
+         * when a core rank of the run lives in this process (F->token), its
+         * target endpoint would insert this reader's address, which shm maps
+         * in-process to the reader's own region, and poll it after the
+         * reader closed (seen: a segfault in the core's progress thread). */
+        F->tagged = F->tagged && strstr(F->prov, "shm") == NULL;
         s->tp = F->tagged ? &dds_transport_fabric : &dds_transport_fabric_onesided;
         s->rank = -1;
         s->size = 0;
