@@ -69,8 +69,8 @@ __version__ = _version()
 _LAZY = {
     "ElasticSampler": "sampler",
     "default_replicas": "sampler",
-    "GlobalBatchSize": "batchsize",
-    "ResumableLoader": "resume",
+    "GlobalBatchSize": "adaptive.batchsize",
+    "ResumableLoader": "adaptive.resume",
     "RaggedFields": "ragged",
     "RaggedCollate": "ragged",
     "ParquetSource": "parquet",

@@ -12,8 +12,8 @@ unseen batch.
 
 import operator
 
+from ..sampler import ElasticSampler
 from .batchsize import GlobalBatchSize
-from .sampler import ElasticSampler
 
 __all__ = ["ResumableLoader"]
 

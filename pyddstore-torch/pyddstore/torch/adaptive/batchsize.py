@@ -18,7 +18,7 @@ import operator
 
 import numpy as np
 
-from .sampler import default_replicas
+from ..sampler import default_replicas
 
 __all__ = ["GlobalBatchSize"]
 
