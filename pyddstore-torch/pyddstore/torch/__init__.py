@@ -76,8 +76,8 @@ _LAZY = {
     "ParquetSource": "parquet",
     "PetastormSource": "parquet",
     "CountingFileSystem": "parquet",
-    "SparkDatasetConverter": "spark",
-    "make_spark_converter": "spark",
+    "SparkDatasetConverter": "petastorm.spark",
+    "make_spark_converter": "petastorm.spark",
 }
 
 

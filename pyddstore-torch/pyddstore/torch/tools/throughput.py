@@ -21,7 +21,7 @@ path must be visible to every rank) and removes it at the end.
 
 ``--vs petastorm`` then runs Petastorm 0.13.1 on the same path and the same number
 of processes (one per rank, shard ``rank`` of ``size``), in Petastorm's own virtual
-environment, found as :mod:`pyddstore.torch.petastorm_env` says (``--petastorm-python``,
+environment, found as :mod:`pyddstore.torch.petastorm.env` says (``--petastorm-python``,
 then :envvar:`PYDDSTORE_PETASTORM_VENV`, then ``~/.cache/pyddstore/petastorm-venv``,
 created there on first use), with the same columns, batch size, warm-up and measured
 batches, and prints the ratios pyddstore / Petastorm. On plain Parquet:
@@ -273,9 +273,9 @@ def _run_pyddstore(args, path, comm, vs_petastorm=False):
     import torch
     from torch.utils.data.distributed import DistributedSampler
 
-    from .dataset import DistDataset
-    from .loader import ThreadDataLoader
-    from .parquet import ParquetSource
+    from ..dataset import DistDataset
+    from ..loader import ThreadDataLoader
+    from ..parquet import ParquetSource
 
     rank, size = comm.Get_rank(), comm.Get_size()
     comm.Barrier()
@@ -359,7 +359,7 @@ def _check_petastorm_columns(src):
         return
     import pyarrow as pa
 
-    from .parquet import column_type
+    from ..parquet import column_type
 
     bad = []
     for c in src.columns:
@@ -441,8 +441,8 @@ def _petastorm_worker(args):
 
 def _run_petastorm(args, path, comm, kind, python, rows):
     rank, size = comm.Get_rank(), comm.Get_size()
-    # -I: isolated mode, so the script's own folder (which holds pyddstore's petastorm.py) does
-    # not shadow the real petastorm package, and this environment's PYTHON* variables stay out.
+    # -I: isolated mode, so that no folder of pyddstore's (pyddstore/torch/petastorm/) shadows
+    # the real petastorm package, and this environment's PYTHON* variables stay out.
     cmd = [python, "-I", os.path.abspath(__file__), path, "--petastorm-worker", kind, "--shard", str(rank), str(size),
            "-m", str(args.warmup), "-n", str(args.measure), "-b", str(args.batch_size),
            "-w", str(args.workers), "--seed", str(args.seed), "--rows-capacity", str(rows)]
@@ -539,7 +539,7 @@ def main(argv=None, comm=None, out=None):
         if args.vs == "petastorm" and rank == 0:
             # After pyddstore's run: columns Petastorm cannot read are refused before this,
             # and creating the environment (first use) takes minutes.
-            from .petastorm_env import PetastormEnvError, find_python
+            from ..petastorm.env import PetastormEnvError, find_python
             try:
                 python = find_python(args.petastorm_python)
             except PetastormEnvError as e:

@@ -15,10 +15,10 @@ exist yet is created there (once: a few minutes and about 1 GB, with pip and net
 by the script shipped in this package, ``petastorm_venv.sh``; an existing folder that does not
 import petastorm is an error (it is never deleted). From a shell::
 
-    python -m pyddstore.torch.petastorm_env [VENV_DIR]
+    python -m pyddstore.torch.petastorm.env [VENV_DIR]
 
 finds or creates the environment (by the order above, or in VENV_DIR) and prints its python. Standard library only, as
-:mod:`pyddstore.torch.throughput` at module level.
+:mod:`pyddstore.torch.tools.throughput` at module level.
 """
 
 import os
@@ -96,7 +96,7 @@ def create(venv=None, *, quiet=False):
         why = f": {tail[0]}" if tail else "; the script's messages above say why"
         raise PetastormEnvError(
             f"creating Petastorm's environment in {venv} failed (exit status {res.returncode}{why}). "
-            f"Creating it needs pip with network access (python -m pyddstore.torch.petastorm_env "
+            f"Creating it needs pip with network access (python -m pyddstore.torch.petastorm.env "
             f"{venv}); or pass --petastorm-python")
     return res.stdout.strip().splitlines()[-1]
 
@@ -132,18 +132,18 @@ def find_python(explicit=None, *, create_missing=True, quiet=False):
             f"folder to have it created again, or set PYDDSTORE_PETASTORM_VENV / --petastorm-python")
     if not create_missing:
         raise PetastormEnvError(f"no Petastorm environment in {venv} ({where}); create it with "
-                                f"python -m pyddstore.torch.petastorm_env, or pass --petastorm-python")
+                                f"python -m pyddstore.torch.petastorm.env, or pass --petastorm-python")
     return create(venv, quiet=quiet)
 
 
 def main(argv=None):
-    """``python -m pyddstore.torch.petastorm_env [VENV_DIR]``: print the python of the
+    """``python -m pyddstore.torch.petastorm.env [VENV_DIR]``: print the python of the
     environment (last line of stdout): without VENV_DIR the one :func:`find_python` finds
     (created when missing), with it the one in VENV_DIR (created, or checked by the script).
     Exit status 1 with a one-line reason on failure."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) > 1 or (argv and argv[0].startswith("-")):
-        print("usage: python -m pyddstore.torch.petastorm_env [VENV_DIR]\n"
+        print("usage: python -m pyddstore.torch.petastorm.env [VENV_DIR]\n"
               f"  creates (once) Petastorm 0.13.1's environment; VENV_DIR default: {default_venv()}",
               file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2

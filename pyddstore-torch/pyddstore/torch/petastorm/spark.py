@@ -1,6 +1,6 @@
 """Spark DataFrames as DistDatasets, in the spirit of Petastorm's make_spark_converter.
 
-    from pyddstore.torch.spark import SparkDatasetConverter, make_spark_converter
+    from pyddstore.torch.petastorm.spark import SparkDatasetConverter, make_spark_converter
 
     spark.conf.set(SparkDatasetConverter.PARENT_CACHE_DIR_URL_CONF, "file:///scratch/cache")
     conv = make_spark_converter(df_train)            # on the Spark driver: writes the cache
@@ -71,7 +71,7 @@ class SparkDatasetConverter:
     def make_source(self, **source_kwargs):
         """A :class:`~pyddstore.torch.parquet.ParquetSource` over the cache (columns=,
         filter=, field_shapes=, dtypes=... as ParquetSource takes them)."""
-        from .parquet import ParquetSource
+        from ..parquet import ParquetSource
 
         return ParquetSource(self.cache_dir_url, petastorm=False, **source_kwargs)
 
@@ -80,7 +80,7 @@ class SparkDatasetConverter:
         """Load the cache into a DistDataset over ``comm`` (collective: every rank calls
         it). ``name`` defaults to one derived from the cache directory. Other keywords
         go to DistDataset (ddstore_width, method, chunk_size, decode, ...)."""
-        from .dataset import DistDataset
+        from ..dataset import DistDataset
 
         src = self.make_source(columns=columns, filter=filter, **(source_kwargs or {}))
         if name is None:
@@ -104,7 +104,7 @@ class SparkDatasetConverter:
         from mpi4py import MPI
         from torch.utils.data.distributed import DistributedSampler
 
-        from .loader import ThreadDataLoader
+        from ..loader import ThreadDataLoader
 
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")

@@ -1,0 +1,29 @@
+"""Petastorm compatibility: its stored format, its own environment, Spark DataFrames.
+
+* :mod:`pyddstore.torch.petastorm.format` reads Petastorm datasets without
+  Petastorm and without unpickling anything (the Unischema and the codecs);
+  its names are importable from here, as before this folder existed:
+  ``from pyddstore.torch.petastorm import read_unischema, decode_column``.
+* :mod:`pyddstore.torch.petastorm.spark`: Spark DataFrames as DistDatasets,
+  in the spirit of Petastorm's ``make_spark_converter`` (needs pyspark on the
+  driver).
+* :mod:`pyddstore.torch.petastorm.env`: Petastorm's own virtual environment
+  (made by ``petastorm_venv.sh``, shipped here), which
+  ``pyddstore-throughput --vs petastorm`` runs Petastorm in.
+
+Importing this package imports only the format module (numpy); spark and
+env are imported when used.
+"""
+
+from .format import (CODECS, UNISCHEMA_METADATA_KEY, PetastormField, decode_column, decode_value,  # noqa: F401
+                     make_codec, read_unischema)
+
+__all__ = [
+    "PetastormField",
+    "UNISCHEMA_METADATA_KEY",
+    "read_unischema",
+    "decode_column",
+    "decode_value",
+    "make_codec",
+    "CODECS",
+]
