@@ -22,7 +22,7 @@ What each name does:
   ``batch_size`` is the global batch size.
 * :meth:`AdaptiveDataLoaderHelper.autoscale_batch_size`: the local batch size and
   the gradient-accumulation steps are chosen while training to maximise
-  goodput, as in Pollux (see :mod:`pyddstore.torch.goodput`), from the step
+  goodput, as in Pollux (see :mod:`pyddstore.torch.adaptive.goodput`), from the step
   times this loader measures and the gradient statistics
   :class:`AdaptiveDataParallel` gathers. Every rank applies the same choice,
   at an optimizer-step boundary.

@@ -153,7 +153,7 @@ class GlobalBatchSize:
     in total. All values are computed from the arguments alone, so they agree
     on every replica without communication.
 
-    Use it with :class:`~pyddstore.torch.resume.ResumableLoader`, which sets
+    Use it with :class:`~pyddstore.torch.adaptive.resume.ResumableLoader`, which sets
     the loader's local batch size at the start of every iteration and tells
     this object where each micro-batch falls::
 

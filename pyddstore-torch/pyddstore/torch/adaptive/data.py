@@ -368,7 +368,7 @@ class AdaptiveDataLoaderHelper:
 
     @property
     def throughput_profile(self):
-        """The job's :class:`~pyddstore.torch.goodput.ThroughputProfile`: the step times measured."""
+        """The job's :class:`~pyddstore.torch.adaptive.goodput.ThroughputProfile`: the step times measured."""
         return _state._job.profile
 
     @property

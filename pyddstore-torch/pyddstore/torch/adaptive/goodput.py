@@ -333,7 +333,7 @@ class GoodputFunction:
 
         As in AdaptDL, every global target ``M`` with ``M0 <= M <=
         max_batch_size`` (default ``M0``; and ``M >= K * min_local``) is split
-        the way AdaptDL splits it (``pyddstore.torch.batchsize.split_batch``:
+        the way AdaptDL splits it (``pyddstore.torch.adaptive.batchsize.split_batch``:
         with ``gradient_accumulation``, ``s = ceil(M / (K * max_local))``
         micro-batches, else one; ``local = ceil(M / (K * s))``, clamped into
         ``local_bsz_bounds``, a pair whose items may be None), and the split

@@ -240,7 +240,7 @@ class AdaptiveDataParallel(torch.nn.parallel.DistributedDataParallel):
 
     @property
     def gradient_statistics(self):
-        """The job's :class:`~pyddstore.torch.goodput.GradientStatistics` (same on every rank)."""
+        """The job's :class:`~pyddstore.torch.adaptive.goodput.GradientStatistics` (same on every rank)."""
         return _state._job.stats
 
     def gain(self, scale):
