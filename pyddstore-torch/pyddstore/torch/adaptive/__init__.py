@@ -56,6 +56,8 @@ restart on another number is the user's choice), its automatic checkpoint
 the ``AdamScale``/``LEGWScale`` rules.
 """
 
+from .._lazy import lazy_names as _lazy_names
+
 # Each public name lives in one module of this package (AdaptDL's layout:
 # adaptdl.torch.data, .parallel, .accumulator, .epoch); it is imported on
 # first use (PEP 562), so that pyddstore.torch.adaptive.batchsize, .resume and
@@ -80,19 +82,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(globals(), _LAZY)
 
 
 __all__ = [

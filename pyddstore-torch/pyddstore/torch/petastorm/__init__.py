@@ -15,15 +15,5 @@ Importing this package imports only the format module (numpy); spark and
 env are imported when used.
 """
 
-from .format import (CODECS, UNISCHEMA_METADATA_KEY, PetastormField, decode_column, decode_value,  # noqa: F401
-                     make_codec, read_unischema)
-
-__all__ = [
-    "PetastormField",
-    "UNISCHEMA_METADATA_KEY",
-    "read_unischema",
-    "decode_column",
-    "decode_value",
-    "make_codec",
-    "CODECS",
-]
+from .format import *  # noqa: F401,F403
+from .format import __all__  # noqa: F401
