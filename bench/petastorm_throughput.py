@@ -4,7 +4,7 @@ synthetic Parquet dataset, the same number of processes, batch size and batches.
 
     python bench/petastorm_throughput.py [--ranks 2] [--rows 200000] [--features 128] [-- TOOL ARGS]
 
-Runs ``mpiexec -n RANKS python -m pyddstore.torch.throughput --synthetic ROWS --vs petastorm``
+Runs ``mpiexec -n RANKS python -m pyddstore.torch.tools.throughput --synthetic ROWS --vs petastorm``
 (Petastorm in its own environment from ci/petastorm-venv.sh, created on first use) and
 prints the tool's tables and the ratios pyddstore / Petastorm measured in that run.
 Needs the package importable (pip install ./pyddstore-core ./pyddstore-torch, or
@@ -34,7 +34,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="pyddstore-bench-") as d:
         js = os.path.join(d, "result.json")
         cmd = ["timeout", str(a.timeout), "mpiexec", "-n", str(a.ranks), sys.executable, "-m",
-               "pyddstore.torch.throughput", "--synthetic", str(a.rows), "--features", str(a.features),
+               "pyddstore.torch.tools.throughput", "--synthetic", str(a.rows), "--features", str(a.features),
                "-b", str(a.batch_size), "-m", str(a.warmup), "-n", str(a.measure), "--vs", "petastorm",
                "--json", js] + a.extra
         print("$", " ".join(cmd), flush=True)

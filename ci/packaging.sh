@@ -190,6 +190,15 @@ assert not bad, f"headers/pkg-config files in the wheel: {bad}"
 assert core[0].endswith("-py3-none-linux_x86_64.whl") or "-py3-none-" in core[0], core[0]
 tz = zipfile.ZipFile(torchw[0])
 assert torchw[0].endswith("-py3-none-any.whl"), torchw[0]
+# Every module of the checkout's pyddstore.torch, sub-packages included, and the
+# Petastorm environment's script (package data) are in the wheel.
+import pathlib
+src = pathlib.Path("pyddstore-torch")
+want = sorted(str(p.relative_to(src)) for p in (src / "pyddstore/torch").rglob("*")
+              if p.suffix in (".py", ".sh") and "__pycache__" not in p.parts)
+missing = [w for w in want if w not in tz.namelist()]
+assert "pyddstore/torch/petastorm/petastorm_venv.sh" in want and not missing, \
+    f"pyddstore-torch wheel lacks {missing}"
 meta = next(n for n in tz.namelist() if n.endswith(".dist-info/METADATA"))
 reqs = [l for l in tz.read(meta).decode().splitlines() if l.startswith("Requires-Dist:")]
 torch_reqs = [r for r in reqs if re.split(r"[ <>=!~;\[(]", r.split(":", 1)[1].strip())[0] == "torch"]
@@ -265,10 +274,10 @@ if [ -d "$shared_data/petastorm_codecs" ] && "$py" -c "import torch" >/dev/null 
   tp() { (cd "$tp_dir" && env -u PYDDSTORE_LIBRARY -u PYTHONPATH timeout -k 5 600 mpiexec -n 2 \
             "$venv/bin/pyddstore-throughput" "$shared_data/petastorm_codecs" -m 1 -n 3 -b 8 "$@"); }
   (cd "$tp_dir" && env -u PYTHONPATH "$py" -c "
-import os, sys, pyddstore.torch.throughput as t, pyddstore.torch.petastorm_env as pe
+import os, sys, pyddstore.torch.tools.throughput as t, pyddstore.torch.petastorm.env as pe
 assert t.__file__.startswith('$venv/'), t.__file__
 assert os.path.isfile(pe.script_path()), pe.script_path()
-print('pyddstore-throughput from', t.__file__)") || fail "pyddstore.torch.throughput is not the wheel's"
+print('pyddstore-throughput from', t.__file__)") || fail "pyddstore.torch.tools.throughput is not the wheel's"
   # Without --vs: a dtype the store does not hold ends the run with exit status 1 and one
   # line from rank 0 that says which --dtypes to give, no traceback.
   if tp --dtypes value_f64=complex64 > /dev/null 2> "$tp_dir/err.txt"; then fail "complex64 was accepted"; fi
@@ -277,8 +286,8 @@ print('pyddstore-throughput from', t.__file__)") || fail "pyddstore.torch.throug
   ! grep -q Traceback "$tp_dir/err.txt" || { cat "$tp_dir/err.txt"; fail "pyddstore-throughput printed a traceback"; }
   # The default place (no PYDDSTORE_PETASTORM_VENV): created by the wheel's script, or reused.
   t_env=$SECONDS
-  pet_py=$(env -u PYDDSTORE_PETASTORM_VENV "$py" -m pyddstore.torch.petastorm_env | tail -n 1) \
-    || fail "python -m pyddstore.torch.petastorm_env"
+  pet_py=$(env -u PYDDSTORE_PETASTORM_VENV "$py" -m pyddstore.torch.petastorm.env | tail -n 1) \
+    || fail "python -m pyddstore.torch.petastorm.env"
   echo "Petastorm environment: $pet_py ($((SECONDS - t_env)) s)"
   # --vs petastorm with the environment named by PYDDSTORE_PETASTORM_VENV: make_reader decodes the
   # images and arrays, and both sides time the same samples (int16 cast to float32 on both).

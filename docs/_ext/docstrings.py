@@ -16,7 +16,7 @@ and roles. Two more things, both so that the docstrings' own conventions read we
   written for ``help()``; it becomes a literal block instead of a block
   quote whose code lines docutils would reject.
 * Unqualified cross-references between our own modules (``:class:`ElasticSampler```
-  written in ``pyddstore.torch.resume``) resolve to the one documented object
+  written in ``pyddstore.torch.adaptive.resume``) resolve to the one documented object
   of that name in ``pyddstore``, if exactly one exists; anything else stays
   unresolved and fails the ``-n`` build.
 

@@ -32,6 +32,7 @@ that by itself (pyddstore imports mpi4py.MPI only when a store is created).
 # imported when a store is created, never by importing pyddstore).
 import torch  # noqa: F401  isort: skip
 
+from ._lazy import lazy_names as _lazy_names  # noqa: E402
 from ._logging import enable_logging  # noqa: E402
 from ._structure import SUPPORTED_DTYPES  # noqa: E402
 from .dataset import DistDataset, DistDatasetReader  # noqa: E402
@@ -69,31 +70,19 @@ __version__ = _version()
 _LAZY = {
     "ElasticSampler": "sampler",
     "default_replicas": "sampler",
-    "GlobalBatchSize": "batchsize",
-    "ResumableLoader": "resume",
+    "GlobalBatchSize": "adaptive.batchsize",
+    "ResumableLoader": "adaptive.resume",
     "RaggedFields": "ragged",
     "RaggedCollate": "ragged",
     "ParquetSource": "parquet",
     "PetastormSource": "parquet",
     "CountingFileSystem": "parquet",
-    "SparkDatasetConverter": "spark",
-    "make_spark_converter": "spark",
+    "SparkDatasetConverter": "petastorm.spark",
+    "make_spark_converter": "petastorm.spark",
 }
 
 
-def __getattr__(name):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'pyddstore.torch' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(globals(), _LAZY)
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """What a pyddstore dataset offers ThreadDataLoader and the objects built on it, and how they ask.
 
 ThreadDataLoader (loader.py), the store-backed datasets (dataset.py,
-geometric.py) and what wraps or collates them (windowed.py, geometric's
+geometric/dataset.py) and what wraps or collates them (windowed.py, geometric's
 Collater) meet only here, the way torch's DataLoader asks a dataset for one
 narrow thing through its fetcher. A dataset offers any of the following by
 defining the hook; the others reach each one through the function named here

@@ -1,5 +1,5 @@
 """What the store-backed datasets share: pyddstore.torch.DistDataset
-(dataset.py) and the graph DistDataset (geometric.py), and their readers.
+(dataset.py) and the graph DistDataset (geometric/dataset.py), and their readers.
 
 * Their loading: the :class:`LoadPlan` every loading step reads from (each
   dataset extends it with what only it needs), :func:`agreed_length`, the

@@ -106,7 +106,7 @@ class ElasticSampler(Sampler):
 
     Because consumption is a prefix of the epoch's order, the position is a
     single number. Save :meth:`state_dict` with your checkpoint (or let
-    :class:`~pyddstore.torch.resume.ResumableLoader` track it per batch),
+    :class:`~pyddstore.torch.adaptive.resume.ResumableLoader` track it per batch),
     restart on any number of replicas, :meth:`load_state_dict`, and the
     remaining samples are split among the new replicas: nothing is lost and
     nothing is repeated except the padding at the very end.
@@ -161,7 +161,7 @@ class ElasticSampler(Sampler):
         # epoch 3 continues at position 320 of its order: the remaining
         # len(ds) - 320 samples are split between the 2 replicas.
 
-    :class:`~pyddstore.torch.resume.ResumableLoader` does this bookkeeping
+    :class:`~pyddstore.torch.adaptive.resume.ResumableLoader` does this bookkeeping
     per batch; ``sampler.set_epoch(epoch, index)`` does it with numbers you
     kept yourself.
     """
@@ -315,7 +315,7 @@ class ElasticSampler(Sampler):
         """Global position after every replica consumed ``local_samples`` more samples.
 
         This is what to pass to :meth:`set_epoch` (or what
-        :class:`~pyddstore.torch.resume.ResumableLoader` records) after each
+        :class:`~pyddstore.torch.adaptive.resume.ResumableLoader` records) after each
         replica took that many indices from this iteration.
         """
         local_samples = as_int(local_samples, "local_samples")

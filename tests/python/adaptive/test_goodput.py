@@ -1,10 +1,10 @@
-"""The Pollux model of pyddstore.torch.goodput against analytic cases (pure arithmetic)."""
+"""The Pollux model of pyddstore.torch.adaptive.goodput against analytic cases (pure arithmetic)."""
 import math
 
 import numpy as np
 import pytest
 
-from pyddstore.torch.goodput import (GoodputFunction, GradientStatistics, GradParams, PerfParams,
+from pyddstore.torch.adaptive.goodput import (GoodputFunction, GradientStatistics, GradParams, PerfParams,
                                      ThroughputProfile, noise_scale_estimates)
 
 

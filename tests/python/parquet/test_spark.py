@@ -43,7 +43,7 @@ def _wait_for(comm, tag):
 
 @pytest.mark.skipif(not _spark_ready(), reason="needs pyspark and Java")
 def test_spark_converter_round_trip(mpi_comm, workdir):
-    from pyddstore.torch.spark import SparkDatasetConverter, make_spark_converter
+    from pyddstore.torch.petastorm.spark import SparkDatasetConverter, make_spark_converter
 
     rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
     tag = 4711

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("pyddstore.torch.dataset")
-from pyddstore.torch import throughput  # noqa: E402
+from pyddstore.torch.tools import throughput  # noqa: E402
 
 HEADER = ["samples/s", "MB/s", "1st batch s", "load s", "peak RSS MB", "CPU s", "CPU %"]
 
@@ -159,7 +159,7 @@ def test_petastorm_environment_lookup_order(monkeypatch, workdir):
     petastorm-venv; a folder there that does not import petastorm is an error, never deleted."""
     import sys
 
-    from pyddstore.torch import petastorm_env as pe
+    from pyddstore.torch.petastorm import env as pe
 
     assert os.path.isfile(pe.script_path()), "petastorm_venv.sh is not installed with the package"
     monkeypatch.delenv("PYDDSTORE_PETASTORM_VENV", raising=False)
@@ -200,7 +200,7 @@ def test_petastorm_environment_made_by_the_script_is_used_as_it_is(monkeypatch, 
     """An environment with the script's stamp (its pins) is found without starting its python."""
     import sys
 
-    from pyddstore.torch import petastorm_env as pe
+    from pyddstore.torch.petastorm import env as pe
 
     venv = os.path.join(str(workdir), "stamped")
     os.makedirs(os.path.join(venv, "bin"), exist_ok=True)

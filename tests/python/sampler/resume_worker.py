@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 
 from mpi4py import MPI
 
-from pyddstore.torch.batchsize import GlobalBatchSize
-from pyddstore.torch.resume import ResumableLoader
+from pyddstore.torch.adaptive.batchsize import GlobalBatchSize
+from pyddstore.torch.adaptive.resume import ResumableLoader
 from pyddstore.torch.sampler import ElasticSampler
 
 

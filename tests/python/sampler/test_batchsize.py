@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from pyddstore.torch.batchsize import GlobalBatchSize, plan_local_batch
+from pyddstore.torch.adaptive.batchsize import GlobalBatchSize, plan_local_batch
 
 
 @pytest.mark.parametrize("batch_size", (1, 7, 32, 100, 1000))

@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader
 from mpi4py import MPI
 
 import pyddstore
-from pyddstore.torch.batchsize import GlobalBatchSize
-from pyddstore.torch.resume import ResumableLoader
+from pyddstore.torch.adaptive.batchsize import GlobalBatchSize
+from pyddstore.torch.adaptive.resume import ResumableLoader
 from pyddstore.torch.sampler import ElasticSampler
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -8,7 +8,7 @@
 # bench/petastorm_*.py) need it; nothing in the package imports Petastorm.
 #
 # Shipped in pyddstore-torch as package data, so an installed package can run it:
-#   python -m pyddstore.torch.petastorm_env [VENV_DIR]   (what pyddstore-throughput runs)
+#   python -m pyddstore.torch.petastorm.env [VENV_DIR]   (what pyddstore-throughput runs)
 #   ci/petastorm-venv.sh [VENV_DIR]                       (the same, from a checkout)
 #   VENV_DIR defaults to $PYDDSTORE_PETASTORM_VENV, else ${XDG_CACHE_HOME:-$HOME/.cache}/pyddstore/petastorm-venv.
 #   Prints the environment's python path on its last line (progress goes to stderr). Idempotent:

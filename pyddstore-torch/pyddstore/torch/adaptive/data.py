@@ -1,257 +1,28 @@
-"""AdaptDL's training API over pyddstore: ``import pyddstore.torch.adaptive as adl``.
+"""The adaptive data loader: AdaptiveDataLoader, its helper and AdaptDL's ElasticSampler."""
 
-A script written for ``adaptdl.torch`` runs with its import changed::
-
-    import pyddstore.torch.adaptive as adl       # was: import adaptdl.torch as adl
-
-    adl.init_process_group("gloo")               # over the MPI job's ranks
-    model = adl.AdaptiveDataParallel(model, optimizer, lr_scheduler)
-    loader = adl.AdaptiveDataLoader(dataset, batch_size=64, shuffle=True)
-    loader.autoscale_batch_size(1024, local_bsz_bounds=(16, 256), gradient_accumulation=True)
-    for epoch in adl.remaining_epochs_until(30):
-        for x, y in loader:
-            optimizer.zero_grad()
-            loss_fn(model(x), y).backward()
-            optimizer.step()
-
-What each name does:
-
-* :class:`AdaptiveDataLoader`: a :class:`~pyddstore.torch.ThreadDataLoader`
-  over a :class:`~pyddstore.torch.DistDataset` (a plain map-style dataset is
-  loaded into one), with an :class:`ElasticSampler` in AdaptDL's order;
-  ``batch_size`` is the global batch size.
-* :meth:`AdaptiveDataLoaderHelper.autoscale_batch_size`: the local batch size and
-  the gradient-accumulation steps are chosen while training to maximise
-  goodput, as in Pollux (see :mod:`pyddstore.torch.goodput`), from the step
-  times this loader measures and the gradient statistics
-  :class:`AdaptiveDataParallel` gathers. Every rank applies the same choice,
-  at an optimizer-step boundary.
-* :class:`AdaptiveDataParallel`: torch's ``DistributedDataParallel`` whose
-  communication hook measures each bucket's squared norm before and after the
-  all-reduce (the gradient DDP applies is bit for bit the one of the default
-  hook), plus one all-reduce of a single number per optimizer step; it also
-  runs gradient accumulation behind the script's back (no all-reduce, no
-  ``optimizer.step``/``zero_grad`` on accumulation steps) and scales the
-  learning rate (:class:`AdaScale` by default).
-* :class:`ElasticSampler`: AdaptDL's ``ElasticSampler(dataset, shuffle=True)``
-  (:class:`pyddstore.torch.sampler.ElasticSampler` in ``mode="adaptdl"``:
-  AdaptDL's order, an index past the dataset's end is a later pass), which
-  AdaptiveDataLoader uses.
-* ``remaining_epochs_until``, ``current_epoch``, ``finished_epochs``,
-  ``current_dataloader``, :class:`Accumulator`: AdaptDL's epoch loop and
-  metric helpers.
-
-Restart: AdaptDL checkpoints itself when its scheduler restarts a job; here
-the script saves ``loader.state_dict()`` (with its model and optimizer) at an
-optimizer step and calls ``loader.load_state_dict()`` after the restart, on
-any number of ranks: the epoch, the position in it (the batch being trained
-on when the state is taken counts as consumed), the dataloader loops
-already finished in the epoch, the batch-size schedule, the measured
-profile and gradient statistics all continue.
-
-Not carried over: AdaptDL's scheduler, which changes the number of replicas
-of a running job (here the job runs on the ranks ``mpiexec`` started; a
-restart on another number is the user's choice), its automatic checkpoint
-(``adaptdl.checkpoint``), mixed-precision scaler hooks (``mp_scaler``) and
-the ``AdamScale``/``LEGWScale`` rules.
-"""
-
-import atexit
-import collections.abc
 import contextlib
-import functools
-import gc
 import math
 import operator
-import os
-import socket
 import time
 import weakref
 
 import torch
 import torch.distributed as dist
 
-from pyddstore._agreement import agree
-
+from . import _state
 from . import goodput as _gp
-from ._logging import logger
-from . import sampler as _sampler
+from .. import sampler as _sampler
+from .._logging import logger
+from ..loader import ThreadDataLoader
+from ._state import _deref, _world
 from .batchsize import SplitSizes, max_local_batch, plan_local_batch
-from .loader import ThreadDataLoader
+from .epoch import current_dataloader
 
-__all__ = [
-    "Accumulator",
-    "AdaScale",
-    "AdaptiveDataLoader",
-    "AdaptiveDataLoaderHelper",
-    "AdaptiveDataLoaderMixin",
-    "AdaptiveDataParallel",
-    "ElasticSampler",
-    "LinearScale",
-    "ScalingRuleBase",
-    "SqrtScale",
-    "current_dataloader",
-    "current_epoch",
-    "finished_epochs",
-    "init_process_group",
-    "remaining_epochs_until",
-    "reset",
-]
 
 _STATE_VERSION = 2
 # A new batch size must promise this much more goodput: measurements are
 # noisy, and every change restarts the loader's prefetching.
 _SPEEDUP_THRESHOLD = 1.05
-
-
-# --------------------------------------------------------------- job state
-class _Job:
-    """What AdaptDL keeps per process: the epoch loop, the training loader, measurements."""
-
-    def __init__(self):
-        self.finished_epochs = 0
-        self.current_epoch = None
-        self.training = None          # weakref to the training AdaptiveDataLoaderHelper
-        self.current = None           # weakref to the helper being iterated
-        self.model = None             # weakref to the AdaptiveDataParallel
-        self.stats = _gp.GradientStatistics()
-        self.profile = _gp.ThroughputProfile()
-        self.progress = 0.0           # optimizer steps, in steps of the initial batch size
-        self.figures = {}             # the last decision's model values (to_tensorboard)
-        self.trajectory = []          # (optimizer step, local bsz, accum, global bsz, goodput)
-        self.optim_steps = 0
-        self.positions = {}           # epoch -> dataloader loops entered in it (AdaptDL's positions)
-
-
-_job = _Job()
-_store_names = [0]
-
-
-def reset():
-    """Forget the epoch loop, the training loader and the measurements of this process.
-
-    AdaptDL runs one training per process; call this between two trainings in
-    the same process (tests, notebooks). Not collective.
-    """
-    global _job
-    _job = _Job()
-
-
-def _deref(ref):
-    return ref() if ref is not None else None
-
-
-def current_dataloader():
-    """The :class:`AdaptiveDataLoaderHelper` being iterated, or None (AdaptDL's name)."""
-    return _deref(_job.current)
-
-
-def current_epoch():
-    """The epoch of the running ``remaining_epochs_until`` loop, or None outside one."""
-    return _job.current_epoch
-
-
-def finished_epochs():
-    """Epochs completed so far (restored by ``AdaptiveDataLoader.load_state_dict``)."""
-    return _job.finished_epochs
-
-
-def remaining_epochs_until(epoch):
-    """Iterate over the epochs not finished yet, up to ``epoch`` (excluded).
-
-    ``for epoch in remaining_epochs_until(30)`` yields ``0, 1, ..., 29`` in a
-    fresh job and, after ``loader.load_state_dict()`` of a checkpoint taken
-    in epoch 7, ``7, ..., 29``. An epoch counts as finished when the loop body
-    returns. Only one such loop may run at a time (RuntimeError).
-    """
-    epoch = operator.index(epoch)
-    if _job.current_epoch is not None:
-        raise RuntimeError("remaining_epochs_until: an epoch loop is already running; "
-                           "epoch loops cannot be nested")
-
-    def loop():
-        job = _job
-        try:
-            while job.finished_epochs < epoch:
-                job.current_epoch = job.finished_epochs
-                yield job.current_epoch
-                job.finished_epochs += 1
-        finally:
-            job.current_epoch = None
-
-    return loop()
-
-
-# ------------------------------------------------------- process group
-def init_process_group(backend, init_method=None, world_size=None, rank=None):
-    """``torch.distributed.init_process_group`` over the ranks of the MPI job (AdaptDL's signature).
-
-    AdaptDL reads its scheduler's environment; here the ranks are those of
-    ``MPI.COMM_WORLD``: rank 0 picks ``MASTER_ADDR`` (``127.0.0.1`` when all
-    ranks share one host, else rank 0's host name; an ``MASTER_ADDR`` already
-    set wins) and a free ``MASTER_PORT`` (unless set), and broadcasts them.
-    ``backend``: ``"gloo"`` on CPU, ``"nccl"`` on GPUs. Collective over
-    ``MPI.COMM_WORLD``. ``world_size``/``rank``, if given, must be MPI's.
-    """
-    if not isinstance(backend, str) or not backend:
-        raise ValueError(f"backend must be a torch.distributed backend name such as 'gloo', "
-                         f"got {backend!r}")
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    size, me = comm.Get_size(), comm.Get_rank()
-    err = None
-    if dist.is_initialized():
-        err = "torch.distributed is already initialised; call init_process_group once"
-    elif world_size is not None and world_size != size:
-        err = f"world_size={world_size} but the MPI job has {size} ranks; leave world_size=None"
-    elif rank is not None and rank != me:
-        err = f"rank={rank} but this MPI rank is {me}; leave rank=None"
-    agree(comm, err, err, _raise_first_message, raise_own=False, failed=bool)
-    if init_method is None:
-        hosts = comm.allgather(socket.gethostname())
-        addr = port = None
-        if me == 0:
-            addr = os.environ.get("MASTER_ADDR") or (
-                "127.0.0.1" if len(set(hosts)) == 1 else hosts[0])
-            port = os.environ.get("MASTER_PORT")
-            if not port:
-                with socket.socket() as s:
-                    s.bind(("" if len(set(hosts)) > 1 else "127.0.0.1", 0))
-                    port = str(s.getsockname()[1])
-        addr, port = comm.bcast((addr, port), root=0)
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, port
-        init_method = "env://"
-    dist.init_process_group(backend, init_method=init_method, world_size=size, rank=me)
-    atexit.register(_destroy_at_exit)
-
-
-def _raise_first_message(failures):
-    """init_process_group's raise_failed: the first failed rank's message, as
-    is, on every rank."""
-    raise RuntimeError(failures[0][1])
-
-
-def _destroy_at_exit():
-    # A gloo worker thread that drops the last reference to a Python-owned
-    # tensor while the interpreter finalises aborts the process. Release the
-    # model's reducer (which holds the process group) and the process group
-    # while Python still runs, so that gloo joins its threads now.
-    model = _deref(_job.model)
-    if model is not None:
-        model._hook_state.prev.clear()
-        for attr in ("logger", "reducer", "process_group"):
-            model.__dict__.pop(attr, None)
-        del model
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    gc.collect()
-
-
-def _world():
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1
 
 
 # ------------------------------------------------------------ data loader
@@ -368,15 +139,15 @@ class AdaptiveDataLoaderHelper:
     @property
     def training(self):
         """Whether this is the job's training loader (see :meth:`train`)."""
-        return _deref(_job.training) is self
+        return _deref(_state._job.training) is self
 
     def train(self):
         """Make this the loader used for training (its batches are profiled). Only one may be."""
-        other = _deref(_job.training)
+        other = _deref(_state._job.training)
         if other is not None and other is not self:
             raise RuntimeError("another AdaptiveDataLoader is already the training loader: only "
                                "one may be (call autoscale_batch_size/train on one loader)")
-        _job.training = weakref.ref(self)
+        _state._job.training = weakref.ref(self)
 
     def autoscale_batch_size(self, max_batch_size, local_bsz_bounds=None,
                              gradient_accumulation=False, *, sync_interval=50):
@@ -442,23 +213,23 @@ class AdaptiveDataLoaderHelper:
         if cur is not None and cur is not self:
             raise RuntimeError("another AdaptiveDataLoader is being iterated: only one dataloader "
                                "loop may run at a time")
-        epoch = _job.current_epoch
+        epoch = _state._job.current_epoch
         if epoch is None:
             raise RuntimeError("iterate an AdaptiveDataLoader inside an epoch loop: "
                                "for epoch in remaining_epochs_until(n): for batch in loader: ...")
-        position = _job.positions.get(epoch, 0)
-        _job.positions[epoch] = position + 1
+        position = _state._job.positions.get(epoch, 0)
+        _state._job.positions[epoch] = position + 1
         if self._index_epoch != epoch:
             self._index, self._index_epoch = 0, epoch
         # Finished epochs never run again: forget their loops.
         self._last_position = {e: p for e, p in self._last_position.items() if e >= epoch}
         skipping = position <= self._last_position.get(epoch, -1)
         self._position, self._skipping = position, skipping
-        _job.current = weakref.ref(self)
+        _state._job.current = weakref.ref(self)
         try:
             yield
         finally:
-            _job.current = None
+            _state._job.current = None
             self._position, self._skipping, self._pass_end = None, False, False
             if not skipping:
                 self._last_position[epoch] = position
@@ -475,7 +246,7 @@ class AdaptiveDataLoaderHelper:
         """With adaptive batch sizes: whether statistical progress ``progress`` ends the epoch."""
         n = self._dataset_len
         return bool(self._max_batch_size is not None and n
-                    and progress >= n * (_job.current_epoch + 1) / self.batch_size)
+                    and progress >= n * (_state._job.current_epoch + 1) / self.batch_size)
 
     def _after_body(self, progress):
         """``(index, loop finished)`` once the body of the batch being yielded returns.
@@ -506,7 +277,7 @@ class AdaptiveDataLoaderHelper:
         try:
             yield
             if commit:
-                _job.profile.record(self.num_replicas, self._local, "optim" if optim else "accum",
+                _state._job.profile.record(self.num_replicas, self._local, "optim" if optim else "accum",
                                     time.perf_counter() - start)
         finally:
             # Counted also when the body leaves the loop (break, exception):
@@ -516,8 +287,8 @@ class AdaptiveDataLoaderHelper:
                 self._accum_count = 0
                 self._steps_since_sync += 1
                 self._pass_optim_steps += 1
-                _job.optim_steps += 1
-                _job.progress += float(_gain(self.current_batch_size, self.batch_size))
+                _state._job.optim_steps += 1
+                _state._job.progress += float(_gain(self.current_batch_size, self.batch_size))
             else:
                 self._accum_count += 1
 
@@ -530,18 +301,18 @@ class AdaptiveDataLoaderHelper:
         gradient statistics and broadcasts the decision.
         """
         self._steps_since_sync = 0
-        if self._max_batch_size is None or _deref(_job.model) is None or self._accum_count:
+        if self._max_batch_size is None or _deref(_state._job.model) is None or self._accum_count:
             return False
-        if _job.trajectory and _job.trajectory[-1][0] == _job.optim_steps:
+        if _state._job.trajectory and _state._job.trajectory[-1][0] == _state._job.optim_steps:
             return False          # already chosen at this step (a pass ended there)
-        if not _job.stats.ready:
+        if not _state._job.stats.ready:
             return False
         k = self.num_replicas
         decision = torch.zeros(8, dtype=torch.float64)
         if dist.get_rank() == 0:
-            perf = _job.profile.fit(k)
+            perf = _state._job.profile.fit(k)
             if perf is not None:
-                fn = _gp.GoodputFunction(perf, _job.stats.grad_params(self.batch_size),
+                fn = _gp.GoodputFunction(perf, _state._job.stats.grad_params(self.batch_size),
                                          self.batch_size)
                 best, local, accum = fn.optimize(k, self._max_batch_size, self._bounds,
                                                  self._accumulation)
@@ -559,14 +330,14 @@ class AdaptiveDataLoaderHelper:
         if decision[0] != 1.0:
             return False
         local, accum = int(decision[1]), int(decision[2])
-        _job.figures = {"goodput": float(decision[3]), "goodput_before": float(decision[4]),
+        _state._job.figures = {"goodput": float(decision[3]), "goodput_before": float(decision[4]),
                         "throughput": float(decision[5]), "efficiency": float(decision[6]),
                         "noise_scale": float(decision[7])}
         changed = (local, accum) != (self._local, self._accum)
         if changed:
             self._local, self._accum = local, accum
             self._target = self.current_batch_size
-        _job.trajectory.append((_job.optim_steps, local, accum, self.current_batch_size,
+        _state._job.trajectory.append((_state._job.optim_steps, local, accum, self.current_batch_size,
                                 *(float(v) for v in decision[3:8])))
         if changed:
             logger.info("adaptive batch size: local %d x %d micro-batches x %d replicas = %d "
@@ -587,25 +358,25 @@ class AdaptiveDataLoaderHelper:
         writer.add_scalar(tag_prefix + "Total_Batch_Size", self.current_batch_size, global_step)
         writer.add_scalar(tag_prefix + "Local_Batch_Size", self.current_local_bsz, global_step)
         writer.add_scalar(tag_prefix + "Accumulation_Steps", self.accumulation_steps, global_step)
-        writer.add_scalar(tag_prefix + "Progress", _job.progress, global_step)
+        writer.add_scalar(tag_prefix + "Progress", _state._job.progress, global_step)
         names = {"goodput": "Goodput", "throughput": "Throughput", "efficiency": "Efficiency",
                  "noise_scale": "Noise_Scale"}
         for key, tag in names.items():
-            value = _job.figures.get(key)
+            value = _state._job.figures.get(key)
             if value is not None and math.isfinite(value):
                 writer.add_scalar(tag_prefix + tag, value, global_step)
 
     @property
     def throughput_profile(self):
-        """The job's :class:`~pyddstore.torch.goodput.ThroughputProfile`: the step times measured."""
-        return _job.profile
+        """The job's :class:`~pyddstore.torch.adaptive.goodput.ThroughputProfile`: the step times measured."""
+        return _state._job.profile
 
     @property
     def trajectory(self):
         """Every choice so far: ``(optimizer step, local bsz, accumulation steps, global bsz,
         predicted goodput, predicted goodput of the sizes before, predicted throughput,
         efficiency, noise scale)``."""
-        return list(_job.trajectory)
+        return list(_state._job.trajectory)
 
     # ----------------------------------------------------------- state
     def state_dict(self):
@@ -626,13 +397,13 @@ class AdaptiveDataLoaderHelper:
         # In the body of an optimizer step the step is done once the state is
         # restored: count it as profile() will when the body returns.
         pending = 1 if in_body else 0
-        progress = _job.progress + (
+        progress = _state._job.progress + (
             float(_gain(self.current_batch_size, self.batch_size)) if pending else 0.0)
         index, last = self._index, dict(self._last_position)
         if in_body:
             index, finished = self._after_body(progress)
             if finished:
-                last[_job.current_epoch] = self._position
+                last[_state._job.current_epoch] = self._position
         state = {
             "version": _STATE_VERSION,
             "batch_size": self.batch_size,
@@ -645,17 +416,17 @@ class AdaptiveDataLoaderHelper:
             "index_epoch": self._index_epoch,
             "last_position": [[e, p] for e, p in sorted(last.items())],
             "end_index": self.end_index,
-            "finished_epochs": _job.finished_epochs,
+            "finished_epochs": _state._job.finished_epochs,
             "max_batch_size": self._max_batch_size,
             "local_bsz_bounds": list(self._bounds),
             "gradient_accumulation": self._accumulation,
             "steps_since_sync": self._steps_since_sync + pending,
         }
         if self.training:
-            state["job"] = {"stats": _job.stats.state_dict(), "profile": _job.profile.state_dict(),
-                            "progress": progress, "optim_steps": _job.optim_steps + pending,
-                            "trajectory": [list(t) for t in _job.trajectory],
-                            "figures": dict(_job.figures)}
+            state["job"] = {"stats": _state._job.stats.state_dict(), "profile": _state._job.profile.state_dict(),
+                            "progress": progress, "optim_steps": _state._job.optim_steps + pending,
+                            "trajectory": [list(t) for t in _state._job.trajectory],
+                            "figures": dict(_state._job.figures)}
         return state
 
     def load_state_dict(self, state):
@@ -709,16 +480,16 @@ class AdaptiveDataLoaderHelper:
         self._index, self._index_epoch = state["index"], state["index_epoch"]
         self._last_position = {int(e): int(p) for e, p in state["last_position"]}
         self.end_index = state["end_index"]
-        _job.finished_epochs = state["finished_epochs"]
+        _state._job.finished_epochs = state["finished_epochs"]
         self._steps_since_sync = int(state.get("steps_since_sync", 0))
         job = state.get("job")
         if job is not None:
             self.train()
-            _job.stats.load_state_dict(job["stats"])
-            _job.profile.load_state_dict(job["profile"])
-            _job.progress, _job.optim_steps = float(job["progress"]), int(job["optim_steps"])
-            _job.trajectory = [tuple(t) for t in job["trajectory"]]
-            _job.figures = dict(job["figures"])
+            _state._job.stats.load_state_dict(job["stats"])
+            _state._job.profile.load_state_dict(job["profile"])
+            _state._job.progress, _state._job.optim_steps = float(job["progress"]), int(job["optim_steps"])
+            _state._job.trajectory = [tuple(t) for t in job["trajectory"]]
+            _state._job.figures = dict(job["figures"])
 
 
 def _check_max_batch(local, accum, num_replicas, max_batch_size, what):
@@ -732,9 +503,9 @@ def _check_max_batch(local, accum, num_replicas, max_batch_size, what):
 
 
 def _gain(batch_size, init_batch_size):
-    if not _job.stats.ready:
+    if not _state._job.stats.ready:
         return 1.0
-    fn = _gp.GoodputFunction(_gp.PerfParams(0.0, 0.0, {}), _job.stats.grad_params(init_batch_size),
+    fn = _gp.GoodputFunction(_gp.PerfParams(0.0, 0.0, {}), _state._job.stats.grad_params(init_batch_size),
                              init_batch_size)
     return float(fn.gain(batch_size))
 
@@ -872,10 +643,10 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
                              "(buffers of a fixed size) is not supported")
         owned = None
         if getattr(dataset, "ddstore", None) is None:
-            from .dataset import DistDataset
+            from ..dataset import DistDataset
 
-            name = f"adaptdl-{_store_names[0]}"
-            _store_names[0] += 1
+            name = f"adaptdl-{_state._store_names[0]}"
+            _state._store_names[0] += 1
             dataset = owned = DistDataset(dataset, name)
         sampler = ElasticSampler(dataset, shuffle=shuffle)
         AdaptiveDataLoaderMixin.__init__(self, batch_size, num_replicas=sampler.num_replicas)
@@ -893,7 +664,7 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
         the middle).
         """
         h = self._elastic
-        epoch = _job.current_epoch
+        epoch = _state._job.current_epoch
         n = len(self.dataset)
         k = self.sampler.num_replicas
         with h.context():
@@ -929,7 +700,7 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
                         h._pass_end = False
                         if not optim:
                             continue
-                        if h._progress_done(_job.progress):
+                        if h._progress_done(_state._job.progress):
                             done = True
                             break
                         if h._steps_since_sync >= h._sync_interval and h._sync_local_bsz():
@@ -979,398 +750,3 @@ class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):
         if owned is not None:
             owned.free()
 
-
-# --------------------------------------------------------------- model
-class ScalingRuleBase:
-    """Learning-rate rule for a batch larger than the initial one (AdaptDL's base class).
-
-    Subclasses define :meth:`scale_lr`: the factor applied to every param
-    group's learning rate for the optimizer step, given ``scale = M / M0``.
-    The factor is applied around ``optimizer.step()`` only, so an
-    ``lr_scheduler`` keeps seeing its own learning rates.
-    """
-
-    adp = None
-
-    def initialize(self, adp):
-        """Attach to an AdaptiveDataParallel (called by it)."""
-        self.adp = adp
-
-    def scale_lr(self, scale):
-        """The learning-rate factor for batch-size ratio ``scale``."""
-        raise NotImplementedError
-
-
-class AdaScale(ScalingRuleBase):
-    """AdaScale (Johnson et al., 2020): factor = the gain ``(var + sqr) / (var / scale + sqr)``."""
-
-    def scale_lr(self, scale):
-        """The gain at ``scale`` from the measured gradient statistics (1 before any)."""
-        return self.adp.gain(scale)
-
-
-class LinearScale(ScalingRuleBase):
-    """Linear scaling rule (Goyal et al., 2017): factor = ``scale``."""
-
-    def scale_lr(self, scale):
-        """``scale``."""
-        return float(scale)
-
-
-class SqrtScale(ScalingRuleBase):
-    """Square-root scaling rule (Krizhevsky, 2014): factor = ``sqrt(scale)``."""
-
-    def scale_lr(self, scale):
-        """``sqrt(scale)``."""
-        return math.sqrt(scale)
-
-
-class _HookState:
-    """What the communication hook measured during one optimizer step's backward."""
-
-    def __init__(self, world):
-        self.world = world
-        self.local = []      # per bucket: squared norm of this replica's gradient
-        self.reduced = []    # per bucket: squared norm of the averaged gradient
-        self.prev = {}       # world 1: bucket index -> previous step's gradient
-        self.diff = []       # world 1: squared norm of the change since the previous step
-        self.diff_ok = True
-
-
-def _sqnorm(t):
-    return torch.linalg.vector_norm(t, dtype=torch.float64).square()
-
-
-def _gradstats_hook(state, bucket):
-    """All-reduce the bucket as DDP's default does, recording the squared norms around it."""
-    tensor = bucket.buffer()
-    state.local.append(_sqnorm(tensor))
-    if state.world == 1:
-        prev = state.prev.get(bucket.index())
-        if prev is not None and prev.shape == tensor.shape:
-            state.diff.append(_sqnorm(tensor - prev))
-        else:
-            state.diff_ok = False
-        state.prev[bucket.index()] = tensor.detach().clone()
-    # DDP's built-in reduction multiplies by 1/world while copying into the
-    # bucket and sums; doing the same keeps the applied gradient bit for bit.
-    tensor.mul_(1.0 / state.world)
-    fut = dist.all_reduce(tensor, async_op=True).get_future()
-
-    def done(f):
-        out = f.value()[0]
-        state.reduced.append(_sqnorm(out))
-        return out
-
-    return fut.then(done)
-
-
-def _forward_to(original, method):
-    def call(*args, **kwargs):
-        return method(*args, **kwargs)
-
-    return functools.wraps(original)(call)
-
-
-class AdaptiveDataParallel(torch.nn.parallel.DistributedDataParallel):
-    """AdaptDL's ``AdaptiveDataParallel(model, optimizer, lr_scheduler=None)``: DDP that feeds goodput.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The model to train, as for DistributedDataParallel.
-    optimizer : torch.optim.Optimizer
-        Its ``step`` and ``zero_grad`` are wrapped: on an accumulation step
-        (``current_dataloader().is_accum_step()``) they do nothing and the
-        backward pass skips the all-reduce; at the optimizer step the
-        accumulated gradient is divided by the number of batches and the
-        learning rate is scaled by ``scaling_rule`` for that step.
-    lr_scheduler : optional
-        Kept as ``self.lr_scheduler`` (AdaptDL checkpoints it); step it as usual.
-    scaling_rule : ScalingRuleBase, optional
-        Default :class:`AdaScale`.
-    **kwargs
-        DistributedDataParallel's (``device_ids``, ``bucket_cap_mb``, ...).
-
-    Needs torch.distributed (:func:`init_process_group`). The gradient
-    statistics (local and averaged squared norms of every bucket, hence the
-    gradient noise scale) come from a DDP communication hook, at the cost of
-    one all-reduce of one number per optimizer step; on a single replica
-    they come from the change of the gradient between two steps (one copy
-    of the gradient kept).
-    """
-
-    def __init__(self, model, optimizer, lr_scheduler=None, mp_scaler=None, scaling_rule=None,
-                 name="adaptdl-dataparallel", **kwargs):
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("AdaptiveDataParallel needs torch.distributed: call "
-                               "pyddstore.torch.adaptive.init_process_group('gloo') first")
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got "
-                            f"{type(optimizer).__name__}")
-        if mp_scaler is not None:
-            raise NotImplementedError("mp_scaler (AdaptDL's mixed-precision hooks) is not carried "
-                                      "over; leave it None")
-        if scaling_rule is None:
-            scaling_rule = AdaScale()
-        if not isinstance(scaling_rule, ScalingRuleBase):
-            raise TypeError("scaling_rule must be a ScalingRuleBase (AdaScale(), LinearScale(), ...)")
-        super().__init__(model, **kwargs)
-        self.name = name
-        self.optimizer = optimizer
-        self.lr_scheduler = lr_scheduler
-        self.scaling_rule = scaling_rule
-        scaling_rule.initialize(self)
-        self._hook_state = _HookState(dist.get_world_size())
-        self.register_comm_hook(self._hook_state, _gradstats_hook)
-        self._micro = 0               # forward passes since the last optimizer step
-        self._last_factor = 1.0
-        self._orig_step = optimizer.step
-        self._orig_zero_grad = optimizer.zero_grad
-        # functools.wraps also carries the marks torch's lr schedulers put on
-        # the step they wrapped, so they do not warn that it was replaced.
-        optimizer.step = _forward_to(self._orig_step, self._step)
-        optimizer.zero_grad = _forward_to(self._orig_zero_grad, self._zero_grad)
-        _job.model = weakref.ref(self)
-
-    def forward(self, *inputs, **kwargs):
-        """DDP's forward; skips the all-reduce of the coming backward on an accumulation step."""
-        loader = _deref(_job.training)
-        if torch.is_grad_enabled() and self.training:
-            self._micro += 1
-            self.require_backward_grad_sync = not (loader is not None and loader.is_accum_step())
-        return super().forward(*inputs, **kwargs)
-
-    def zero_grad(self, set_to_none=True):
-        """Module.zero_grad, except in the middle of an accumulated step (then nothing)."""
-        if self._micro == 0:
-            super().zero_grad(set_to_none=set_to_none)
-
-    def _zero_grad(self, *args, **kwargs):
-        if self._micro == 0:
-            return self._orig_zero_grad(*args, **kwargs)
-        return None
-
-    def _step(self, *args, **kwargs):  # noqa: C901 - one optimizer step, in order
-        loader = _deref(_job.training)
-        if loader is not None and loader.is_accum_step():
-            return None
-        micro = max(self._micro, 1)
-        self._micro = 0
-        if micro > 1:
-            with torch.no_grad():
-                for group in self.optimizer.param_groups:
-                    for p in group["params"]:
-                        if p.grad is not None:
-                            p.grad.mul_(1.0 / micro)
-        self._update_stats(loader, micro)
-        factor = 1.0
-        if loader is not None:
-            factor = float(self.scaling_rule.scale_lr(loader.current_batch_size / loader.batch_size))
-        self._last_factor = factor
-        if factor == 1.0:
-            return self._orig_step(*args, **kwargs)
-        saved = [g["lr"] for g in self.optimizer.param_groups]
-        for g in self.optimizer.param_groups:
-            g["lr"] = g["lr"] * factor
-        try:
-            return self._orig_step(*args, **kwargs)
-        finally:
-            for g, lr in zip(self.optimizer.param_groups, saved):
-                g["lr"] = lr
-
-    def _update_stats(self, loader, micro):
-        st = self._hook_state
-        local, reduced, diff, diff_ok = st.local, st.reduced, st.diff, st.diff_ok
-        st.local, st.reduced, st.diff, st.diff_ok = [], [], [], True
-        if not local or loader is None or len(reduced) != len(local):
-            return
-        world = st.world
-        b_small = loader.current_local_bsz * micro
-        # The buckets hold the sum of `micro` batch means: divide by micro^2 for the mean's norm.
-        norm = float(micro) ** 2
-        if world > 1:
-            small = torch.stack(local).sum() / norm
-            dist.all_reduce(small)        # the one extra all-reduce: one float64
-            small = float(small) / world
-            big = float(torch.stack(reduced).sum()) / norm
-            trace, sqr = _gp.noise_scale_estimates(small, big, b_small, b_small * world)
-        else:
-            if not diff_ok or not diff or getattr(st, "prev_b", None) is None:
-                st.prev_b = b_small
-                return
-            # E|g_t - g_{t-1}|^2 = tr(S) (1/B_t + 1/B_{t-1}) when G changes slowly.
-            trace = float(torch.stack(diff).sum()) / norm / (1.0 / b_small + 1.0 / st.prev_b)
-            sqr = float(torch.stack(local).sum()) / norm - trace / b_small
-            st.prev_b = b_small
-        _job.stats.update(trace, sqr)
-
-    @property
-    def gradient_statistics(self):
-        """The job's :class:`~pyddstore.torch.goodput.GradientStatistics` (same on every rank)."""
-        return _job.stats
-
-    def gain(self, scale):
-        """AdaScale's gain for a batch ``scale`` times the initial one (1 before any statistics)."""
-        loader = _deref(_job.training)
-        m0 = loader.batch_size if loader is not None else 1
-        return _gain(scale * m0, m0)
-
-    def to_tensorboard(self, writer, global_step, tag_prefix=""):
-        """Write the gradient statistics to a ``SummaryWriter``.
-
-        Tags (after ``tag_prefix``): ``Gradient_Norm_Sqr``, ``Gradient_Variance``
-        (``tr(Sigma) / M0``), ``Noise_Scale``, ``Gain`` (at the current batch
-        size) and ``Learning_Rate_Factor`` (of the last optimizer step).
-        """
-        if tag_prefix and not tag_prefix.endswith("/"):
-            tag_prefix += "/"
-        loader = _deref(_job.training)
-        m0 = loader.batch_size if loader is not None else 1
-        g = _job.stats.grad_params(m0)
-        writer.add_scalar(tag_prefix + "Gradient_Norm_Sqr", g.sqr, global_step)
-        writer.add_scalar(tag_prefix + "Gradient_Variance", g.var, global_step)
-        phi = _job.stats.noise_scale()
-        if math.isfinite(phi):
-            writer.add_scalar(tag_prefix + "Noise_Scale", phi, global_step)
-        if loader is not None:
-            writer.add_scalar(tag_prefix + "Gain", self.gain(loader.current_batch_size / m0),
-                              global_step)
-        writer.add_scalar(tag_prefix + "Learning_Rate_Factor", self._last_factor, global_step)
-
-
-# ----------------------------------------------------------- accumulator
-class Accumulator(collections.abc.MutableMapping):
-    """AdaptDL's ``Accumulator``: sums of statistics over all replicas.
-
-    **Accumulation mode** (the default): ``acc["loss"] += x``, ``acc["n"] -= 1``,
-    ``acc.update(loss=x)``, ``acc.subtract(n=1)``, ``acc += {"loss": x}`` and
-    ``acc -= {...}`` add to (subtract from) this replica's pending updates;
-    every replica may make different ones. Reads see an empty dict
-    (``len(acc) == 0``, ``"loss" not in acc``, ``acc.get("loss")`` is None);
-    assigning a value (``acc["loss"] = x``) raises ``TypeError``.
-
-    **Synchronized mode**, inside ``with acc.synchronized():`` (collective over
-    torch.distributed, or this process alone without it): every replica's
-    pending updates are summed into the values, and ``acc`` is a dict with
-    the same contents on every replica (writes there must be the same on
-    every replica too). ``update``/``subtract``/``+=``/``-=`` stay additive.
-    ``Accumulator(*args, **kwargs)``: initial values, as ``dict()`` takes
-    them (the same on every replica; not summed over replicas).
-    """
-
-    def __init__(self, *args, **kwargs):
-        self._values = dict(*args, **kwargs)  # synchronized values, the same on every replica
-        self._updates = {}                     # this replica's pending updates
-        self._synced = False
-
-    def __getitem__(self, key):
-        """The value inside ``synchronized()``; outside, a placeholder that only ``+=``/``-=`` accept."""
-        if self._synced:
-            return self._values[key]
-        return _PendingUpdate(self, key)
-
-    def __setitem__(self, key, value):
-        if self._synced:
-            self._values[key] = value
-            return
-        if not isinstance(value, _PendingUpdate):
-            raise TypeError(f"Accumulator[{key!r}] = ...: outside synchronized() an Accumulator only "
-                            f"adds (acc[key] += x, acc.update(...), acc.subtract(...)); assign "
-                            f"inside `with acc.synchronized():`")
-        if value.accum is not self or value.key != key:
-            # As AdaptDL: the update of another accumulator or key (acc[a] = acc[b] + x).
-            raise ValueError(f"Accumulator[{key!r}] = ...: an update of "
-                             f"{'another Accumulator' if value.accum is not self else repr(value.key)}"
-                             f"; add to a key with acc[key] += x")
-        self._updates[key] = self._updates.get(key, 0) + value.delta
-
-    def __delitem__(self, key):
-        if not self._synced:
-            raise KeyError(key)
-        del self._values[key]
-
-    def __iter__(self):
-        return iter(self._values if self._synced else ())
-
-    def __len__(self):
-        return len(self._values) if self._synced else 0
-
-    def __contains__(self, key):
-        return self._synced and key in self._values
-
-    def get(self, key, default=None):
-        """``acc[key]`` inside ``synchronized()`` if present, else ``default`` (always outside)."""
-        return self._values.get(key, default) if self._synced else default
-
-    def __repr__(self):
-        return repr(self._values if self._synced else {})
-
-    def update(self, *args, **kwargs):
-        """Add the given values (a mapping, pairs or keywords, as ``dict()`` takes) to the accumulated ones."""
-        for key, value in dict(*args, **kwargs).items():
-            self[key] = self.get(key, 0) + value if self._synced else self[key] + value
-
-    def subtract(self, *args, **kwargs):
-        """Subtract the given values (as :meth:`update` takes them) from the accumulated ones."""
-        for key, value in dict(*args, **kwargs).items():
-            self[key] = self.get(key, 0) - value if self._synced else self[key] - value
-
-    def __iadd__(self, other):
-        """``acc += {key: value, ...}``: :meth:`update`."""
-        self.update(other)
-        return self
-
-    def __isub__(self, other):
-        """``acc -= {key: value, ...}``: :meth:`subtract`."""
-        self.subtract(other)
-        return self
-
-    @contextlib.contextmanager
-    def synchronized(self):
-        """Sum every replica's pending updates into the values; read them inside this context.
-
-        Collective: every replica enters it at the same point. Entering it
-        again inside it does nothing more.
-        """
-        if self._synced:
-            yield self
-            return
-        updates, self._updates = self._updates, {}
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            gathered = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, updates)
-        else:
-            gathered = [updates]
-        for upd in gathered:                  # rank order: the same sums on every replica
-            for key, value in upd.items():
-                self._values[key] = self._values[key] + value if key in self._values else value
-        self._synced = True
-        try:
-            yield self
-        finally:
-            self._synced = False
-
-
-class _PendingUpdate:
-    """What ``acc[key]`` gives outside ``synchronized()``: collects ``+ x``/``- x`` for ``acc[key] = ...``."""
-
-    __slots__ = ("accum", "key", "delta")
-
-    def __init__(self, accum, key):
-        self.accum, self.key, self.delta = accum, key, 0
-
-    def __add__(self, value):
-        if isinstance(value, _PendingUpdate):
-            raise TypeError("an Accumulator's pending update cannot be added to another")
-        self.delta = self.delta + value
-        return self
-
-    def __sub__(self, value):
-        if isinstance(value, _PendingUpdate):
-            raise TypeError("an Accumulator's pending update cannot be subtracted from another")
-        self.delta = self.delta - value
-        return self
-
-    def __repr__(self):
-        return f"<pending Accumulator update of {self.key!r}: {self.delta!r}>"
