@@ -25,7 +25,12 @@ _DTYPE_OF_TAG = {
 # so that the two cannot disagree.
 _TAG_OF_KIND = {(dt.kind, dt.itemsize): tag for tag, dt in _DTYPE_OF_TAG.items()}
 _TAG_BFLOAT16 = 13
-SUPPORTED_DTYPES = tuple(d.name for d in _DTYPE_OF_TAG.values())
+#: Names of the element types a variable can hold, in the C ABI's order (enum
+#: dds_dtype): the one table of them (pyddstore.torch takes its list from it).
+#: numpy has no bfloat16: it is ml_dtypes.bfloat16, or an int16/uint16 view
+#: given to add(dtype="bfloat16").
+BFLOAT16 = "bfloat16"
+SUPPORTED_DTYPES = tuple(d.name for d in _DTYPE_OF_TAG.values()) + (BFLOAT16,)
 
 
 def dtype_tag(dtype):

@@ -15,7 +15,6 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 
 from . import _lib, _verify
-from ._agreement import agree
 from ._args import (
     _INT64_MAX,
     _address,
@@ -29,32 +28,26 @@ from ._args import (
 )
 from ._dtypes import _TAG_BFLOAT16, SUPPORTED_DTYPES, dtype_of_tag, dtype_tag, is_record, record_problem, \
     record_text
-from ._errors import (
-    DDS_EEXIST,
-    DDS_EINVAL,
-    DDS_EMISMATCH,
-    DDS_ENOENT,
-    DDS_EOVERFLOW,
-    DDS_ERANGE,
-    DDS_ESTATE,
-    DDStoreDTypeError,
-    DDStoreError,
-    DDStoreKeyError,
-    DDStoreRangeError,
-    DDStoreStateError,
-    DDStoreTypeError,
-    DDStoreValueError,
-    make_error,
-    raise_verdict,
-    verdict,
-)
+from ._errors import DDS_EEXIST, DDS_EINVAL, DDS_ENOENT, DDS_EOVERFLOW, DDS_ERANGE, DDS_ESTATE, \
+    DDStoreDTypeError, DDStoreError, DDStoreKeyError, DDStoreRangeError, DDStoreStateError, \
+    DDStoreTypeError, DDStoreValueError, make_error
 from ._lifetime import _Handle, _mpi
+from .util import raise_agreed
 
 _c = _lib.lib
 
 _INT64 = np.dtype(np.int64)
 _Byte = ctypes.c_char  # element type of the zero-copy views get_batch passes by reference
 _byref = ctypes.byref
+
+
+# The store's attributes that copy fields of dds_store_info (attribute, field),
+# and the flags among them (as bool). reads_collective is libddstore's own rule
+# (dds_get_batch), not derived again here; width is the group size.
+_INFO_ATTRS = (("method", "method"), ("rank", "rank"), ("size", "comm_size"),
+               ("group_rank", "group_rank"), ("group_size", "group_size"), ("width", "group_size"),
+               ("group_index", "group_index"), ("n_groups", "n_groups"))
+_INFO_FLAGS = ("is_reader", "node_local", "reads_collective")
 
 
 class VarInfo(NamedTuple):
@@ -276,7 +269,7 @@ class PyDDStore:
         except DDStoreError as e:
             err = e
         try:
-            self._agree(ctl, err, ("create", m if err is None else None, w if err is None else None))
+            raise_agreed(ctl, err, ("create", m if err is None else None, w if err is None else None))
         except BaseException:
             ctl.Free()
             raise
@@ -350,39 +343,13 @@ class PyDDStore:
             rc = _c.dds_store_info_get(ptr, ctypes.byref(info))
         if rc:
             raise make_error(rc, _lib.last_error(rc))
-        self.method = info.method
-        self.rank = info.rank
-        self.size = info.comm_size
-        self.group_rank = info.group_rank
-        self.group_size = info.group_size
-        self.group_index = info.group_index
-        self.n_groups = info.n_groups
-        self.is_reader = bool(info.is_reader)
-        self.node_local = bool(info.node_local)
-        self.width = info.group_size
-        # libddstore's own rule (dds_get_batch), not derived again here.
-        self.reads_collective = bool(info.reads_collective)
+        for attr, field in _INFO_ATTRS:
+            setattr(self, attr, getattr(info, field))
+        for flag in _INFO_FLAGS:
+            setattr(self, flag, bool(getattr(info, flag)))
         self._store_info = info
 
     # -- helpers
-
-    @staticmethod
-    def _agree(comm, err, what):
-        """Exchange every rank's verdict on a collective call's arguments and
-        the value `what` that all ranks must agree on; raise on every rank
-        when one failed or they disagree."""
-        def raise_first_failed(failures):
-            rank, (failed, _) = failures[0]
-            raise_verdict(rank, failed)
-
-        verdicts = agree(comm, err, (verdict(err), what), raise_first_failed,
-                         failed=lambda mine: mine[0] is not None)
-        first = verdicts[0][1]
-        for r, (_, w) in enumerate(verdicts):
-            if w != first:
-                raise DDStoreValueError(
-                    f"ranks disagree on a value that must agree: rank 0 has {first}, rank {r} has {w}",
-                    DDS_EMISMATCH)
 
     def _raise(self, rc):
         raise make_error(rc, _lib.last_error(rc))
@@ -519,7 +486,7 @@ class PyDDStore:
         # dtype=) never reach C, and only here does a rank without one learn of
         # another's ("rank k: ..." with its class), instead of waiting in dds_add; C
         # compares row bytes, not the trailing shape ((2, 3) vs (3, 2) rows).
-        self._agree(self._ctl, err, agreed)
+        raise_agreed(self._ctl, err, agreed)
         nrows = a.shape[0]
         with self._h as ptr:
             rc = _c.dds_add(ptr, bname, a.ctypes.data if nrows else None, nrows, rb, tag)
@@ -535,8 +502,41 @@ class PyDDStore:
         `disp * itemsize` bytes each, to be written with :meth:`update`
         (collective over comm). The variable holds raw bytes: any dtype whose
         rows have that many bytes can write and read it.
+
+        Raises on every rank when any rank's arguments are bad, with the
+        codes libddstore's ``dds_init`` gives: :class:`DDStoreValueError`
+        with ``DDS_EINVAL`` for a negative `nrows` or a `disp` or `itemsize`
+        below 1, ``DDS_EOVERFLOW`` when the shard's bytes overflow 2^63,
+        ``DDS_EMISMATCH`` when ranks pass different names or row sizes;
+        :class:`DDStoreTypeError` for a non-integer argument.
         """
-        self._require_core("init")
+        self._init_raw("init", name, nrows, disp, itemsize, None)
+
+    def init_versioned(self, name, nrows, disp, itemsize=1, *, block_rows=1):
+        """Allocate versioned variable `name`: `nrows` zero-filled local rows
+        of `disp * itemsize` bytes, one generation counter per `block_rows`
+        local rows (collective over comm, like :meth:`init`; write it with
+        :meth:`update`, visible to readers as soon as ``update()`` returns).
+
+        Every read of it (``get``, ``get_batch``, ``DistDatasetReader``...)
+        checks the counters and reads again rows that changed meanwhile, so
+        no row read is ever a mix of two updates (see "Data that changes
+        while it is read" in the concepts guide). Choose `block_rows` as the
+        rows one update writes together (e.g. one timestep of one rank): rows
+        of one block are consistent with each other.
+
+        Raises on every rank when any rank's arguments are bad: the errors of
+        :meth:`init` (the same checks and codes), and ``DDS_EINVAL`` for
+        `block_rows` below 1; ``DDS_EMISMATCH`` when ranks pass different
+        `block_rows`.
+        """
+        self._init_raw("init_versioned", name, nrows, disp, itemsize, block_rows)
+
+    def _init_raw(self, what, name, nrows, disp, itemsize, block_rows):
+        """init() and init_versioned() (`block_rows` None: a plain variable):
+        the argument checks, with the codes C gives for the same checks
+        (dds_init, dds_init_versioned), agreed among the ranks; then the C call."""
+        self._require_core(what)
         err = None
         agreed = None
         try:
@@ -544,23 +544,58 @@ class PyDDStore:
             n = _index(nrows, "nrows")
             d = _index(disp, "disp")
             isz = _index(itemsize, "itemsize")
+            b = 1 if block_rows is None else _index(block_rows, "block_rows")
             if n < 0:
-                raise DDStoreRangeError(f"variable {name!r}: nrows must be >= 0, got {n}", DDS_ERANGE)
+                raise DDStoreValueError(f"variable {name!r}: nrows must be >= 0, got {n}", DDS_EINVAL)
             if d < 1 or isz < 1:
                 raise DDStoreValueError(
                     f"variable {name!r}: disp ({d}) and itemsize ({isz}) must be >= 1", DDS_EINVAL)
+            if b < 1:
+                raise DDStoreValueError(
+                    f"variable {name!r}: block_rows must be >= 1 (rows per generation counter), got {b}",
+                    DDS_EINVAL)
             if d > _INT64_MAX // isz or n > _INT64_MAX // (d * isz):
                 raise DDStoreValueError(f"variable {name!r}: {n} rows of {d}x{isz} bytes overflow",
                                         DDS_EOVERFLOW)
-            agreed = (name, d * isz)
+            agreed = (name, d * isz, b)
         except DDStoreError as e:
             err = e
-        self._agree(self._ctl, err, agreed)
+        raise_agreed(self._ctl, err, agreed)
         with self._h as ptr:
-            rc = _c.dds_init(ptr, bname, n, d * isz, 0)
+            if block_rows is None:
+                rc = _c.dds_init(ptr, bname, n, d * isz, 0)
+            else:
+                rc = _c.dds_init_versioned(ptr, bname, n, d * isz, 0, b)
         if rc:
             self._raise(rc)
         self._load_var(name, None, (d, isz))
+
+    def block_rows(self, name):
+        """Rows per generation counter of variable `name`; 0 when it is not
+        versioned (see :meth:`init_versioned`). Local (a method-2 reader
+        looks the counters up once)."""
+        v = self._var(name)
+        out = ctypes.c_int64()
+        with self._h as ptr:
+            rc = _c.dds_var_block_rows(ptr, v.bname, ctypes.byref(out))
+        if rc:
+            self._raise(rc)
+        return out.value
+
+    def generation(self, name, row):
+        """Generation counter of the block holding global row `row` of
+        versioned variable `name` (see :meth:`init_versioned`): even when no
+        update of it is in progress (``gen // 2`` updates have completed),
+        odd during one. Not collective; poll it to see whether new rows were
+        published."""
+        v = self._var(name)
+        r = _index(row, "row")
+        out = ctypes.c_uint64()
+        with self._h as ptr:
+            rc = _c.dds_generation(ptr, v.bname, r, ctypes.byref(out))
+        if rc:
+            self._raise(rc)
+        return out.value
 
     def update(self, name, arr, offset=0):
         """Write the rows of `arr` into this rank's own shard of `name` from

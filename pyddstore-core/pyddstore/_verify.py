@@ -28,9 +28,9 @@ from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from ._agreement import agree
 from ._errors import DDS_EINVAL, DDS_ENOTSUP, DDS_EPROTO, DDS_ESTATE, DDStoreError
-from ._errors import DDStoreNotSupportedError, DDStoreStateError, DDStoreValueError, raise_verdict, verdict
+from ._errors import DDStoreNotSupportedError, DDStoreStateError, DDStoreValueError
+from .util import raise_agreed
 
 # Bytes per checksummed block: small enough to point at a bad region, large
 # enough that the table stays tiny (256 entries per GiB).
@@ -155,13 +155,6 @@ def _output(store, name, nrows_max):
     return np.empty((per, info.row_bytes // info.dtype.itemsize), dtype=info.dtype)
 
 
-def _agree_errors(store, err):
-    """Raise on every rank of store.comm when `err` is set on any: the
-    rank's own exception where it failed, a DDStoreError of the same class
-    (or the base class) naming the failed rank elsewhere."""
-    agree(store.comm, err, verdict(err), lambda failures: raise_verdict(*failures[0]))
-
-
 def record(store, name, local=None):
     """Compute and share the checksums of variable `name` (collective over
     store.comm). `local`: this rank's rows as given to add() (saves reading
@@ -191,7 +184,7 @@ def record(store, name, local=None):
     except Exception as e:  # noqa: BLE001 - agreed below, then raised on every rank
         err = e
     # Agree on failure first so that no rank is left in the allgather below.
-    _agree_errors(store, err)
+    raise_agreed(store.comm, err)
     gathered = store.group_comm.allgather(crcs)
     t = ShardTable(rb, br, tuple(int(x) for x in info.offsets), tuple(gathered))
     tables = store.__dict__.setdefault(_ATTR, {})
@@ -275,7 +268,7 @@ def verify(store, name, *, expected: Optional[ShardTable] = None, strict=False):
             rb = t.row_bytes
         except Exception as e:  # noqa: BLE001 - agreed below, then raised on every rank
             err = e
-        _agree_errors(store, err)
+        raise_agreed(store.comm, err)
         results = store.comm.allgather((bad, rows * rb, rows))
         allbad = [m for b, _, _ in results for m in b]
         rep = VerifyReport(name, not allbad, sum(x[2] for x in results), sum(x[1] for x in results),

@@ -9,13 +9,11 @@ tensor field is viewed back as ``torch.bfloat16`` when it is handed out.
 
 import numpy as np
 import torch
-from pyddstore._dtypes import record_from_obj, record_problem, record_text, record_to_obj  # noqa: F401
+from pyddstore import SUPPORTED_DTYPES
+from pyddstore.util import BFLOAT16, record_from_obj, record_problem, record_text, record_to_obj  # noqa: F401
 
-BFLOAT16 = "bfloat16"
-
-#: names of the element types a field may have, in the C ABI's order.
-NAMES = ("bool", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-         "float16", "float32", "float64", BFLOAT16)
+#: names of the element types a field may have, in the C ABI's order: pyddstore's table.
+NAMES = SUPPORTED_DTYPES
 
 _NUMPY = {n: np.dtype(n) for n in NAMES if n != BFLOAT16}
 _TORCH = {

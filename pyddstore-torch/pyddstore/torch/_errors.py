@@ -22,7 +22,7 @@ for the original DDStore's torch layer catches ValueError. Both work.
 """
 
 from pyddstore import DDStoreError, DDStoreRangeError
-from pyddstore._errors import DDS_ERANGE
+from pyddstore.util import DDS_ERANGE
 
 
 class FieldNotFoundError(KeyError, IndexError, ValueError):

@@ -1,11 +1,11 @@
-"""The ``pyddstore.torch`` logger (a child of ``pyddstore``'s, see pyddstore._logging).
+"""The ``pyddstore.torch`` logger (a child of ``pyddstore``'s, see pyddstore.util).
 
 Its records carry the rank (``%(rank)s``) and follow the package's defaults:
 nothing on ranks > 0, WARNING and above on rank 0, more after
 :func:`enable_logging`.
 """
 
-from pyddstore._logging import current_rank, enable_logging, get_logger
+from pyddstore.util import current_rank, enable_logging, get_logger
 
 logger = get_logger("pyddstore.torch")
 

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from pyddstore import DDStoreError, DDStoreStateError
-from pyddstore._agreement import agree
-from pyddstore._errors import DDS_ESTATE
+from pyddstore.util import agree
+from pyddstore.util import DDS_ESTATE
 
 from ._errors import DatasetStoreError, FieldNotFoundError
 

@@ -10,7 +10,7 @@ so that a method-2 reader in another job can rebuild the same samples.
 numpy records (a np.void/np.record scalar, a structured array or a record
 array) are fields too: stored as their bytes, given back bit for bit with
 their record dtype (nested, aligned and padded layouts included); the record
-dtype travels in the JSON (pyddstore._dtypes.record_to_obj).
+dtype travels in the JSON (pyddstore.util.record_to_obj).
 """
 
 import collections

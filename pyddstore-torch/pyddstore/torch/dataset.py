@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from pyddstore import DDStoreRangeError
-from pyddstore._errors import DDS_EMISMATCH, DDS_ERANGE
+from pyddstore.util import DDS_EMISMATCH, DDS_ERANGE
 
 from . import _dtypes
 from . import _loader_protocol as loader_protocol

@@ -54,9 +54,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from pyddstore._agreement import agree
-
 from . import _dtypes
+from ._storedataset import raise_agreed as _raise_agreed
 
 __all__ = ["RaggedFields", "RaggedCollate", "RAGGED_SUFFIX"]
 
@@ -72,16 +71,6 @@ def _as_array(value, key, index):
         return _NDARRAY, _dtypes.of_numpy(value.dtype), value
     raise TypeError(f"sample {index}, ragged field {key!r}: expected a torch tensor or numpy "
                     f"array, got {type(value).__name__}")
-
-
-def _raise_agreed(comm, err, what):
-    # A bad sample on one rank must fail every rank (collective store calls follow).
-    def raise_failed(failures):
-        rank, text = failures[0]
-        raise ValueError(f"{what}: on rank {rank}: {text}") from err
-
-    agree(comm, err, None if err is None else f"{type(err).__name__}: {err}", raise_failed,
-          raise_own=False)
 
 
 class _Spec:
@@ -219,8 +208,9 @@ class RaggedFields:
 
         ``comm`` is the store's communicator, ``start..stop`` this rank's share
         (consecutive shares in rank order). ``raise_agreed(comm, err, what)``
-        raises the same error on every rank when any rank has one (default: a
-        ValueError naming the first failed rank).
+        raises the same error on every rank when any rank has one (default:
+        the datasets' rule, ``_storedataset.raise_agreed``: the first failed
+        rank's error, its class and message, on every rank).
         """
         what = f"DistDataset {name!r}"
         if raise_agreed is None:

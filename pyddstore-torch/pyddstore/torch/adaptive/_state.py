@@ -14,8 +14,7 @@ import socket
 
 import torch.distributed as dist
 
-from pyddstore._agreement import agree
-
+from .._storedataset import raise_agreed
 from .goodput import GradientStatistics, ThroughputProfile
 
 
@@ -82,7 +81,8 @@ def init_process_group(backend, init_method=None, world_size=None, rank=None):
         err = f"world_size={world_size} but the MPI job has {size} ranks; leave world_size=None"
     elif rank is not None and rank != me:
         err = f"rank={rank} but this MPI rank is {me}; leave rank=None"
-    agree(comm, err, err, _raise_first_message, raise_own=False, failed=bool)
+    # Every rank raises the first failed rank's error, as a dataset's loading does.
+    raise_agreed(comm, None if err is None else RuntimeError(err), "init_process_group")
     if init_method is None:
         hosts = comm.allgather(socket.gethostname())
         addr = port = None
@@ -99,12 +99,6 @@ def init_process_group(backend, init_method=None, world_size=None, rank=None):
         init_method = "env://"
     dist.init_process_group(backend, init_method=init_method, world_size=size, rank=me)
     atexit.register(_destroy_at_exit)
-
-
-def _raise_first_message(failures):
-    """init_process_group's raise_failed: the first failed rank's message, as
-    is, on every rank."""
-    raise RuntimeError(failures[0][1])
 
 
 def _destroy_at_exit():

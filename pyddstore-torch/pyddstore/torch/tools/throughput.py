@@ -78,7 +78,7 @@ def _agree(comm, err):
     """Collective: raise ThroughputError on every rank when any rank has an error (err: None,
     a message or an exception), so that no rank goes on into a collective the others left."""
     # Imported here, not at module level: Petastorm's environment runs this file without pyddstore.
-    from pyddstore._agreement import agree
+    from pyddstore.util import agree
 
     def raise_failed(failures):
         # One line per distinct message; the ranks are left out of one that every rank had.
