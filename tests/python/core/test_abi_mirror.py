@@ -64,8 +64,10 @@ def test_dtype_tags():
     for tag, dt in _dtypes._DTYPE_OF_TAG.items():
         assert tags[dt.name] == tag, dt.name
         assert _dtypes.dtype_tag(dt) == tag
+    assert set(pyddstore.SUPPORTED_DTYPES) == set(tags) - {"bytes"}  # every C dtype but raw bytes
     for name in pyddstore.SUPPORTED_DTYPES:
-        assert _dtypes.dtype_tag(np.dtype(name)) == tags[name]
+        if name != "bfloat16":  # numpy has none without ml_dtypes: checked by tag above
+            assert _dtypes.dtype_tag(np.dtype(name)) == tags[name]
 
 
 def test_abi_major_and_name_max():

@@ -64,7 +64,7 @@ def test_update_typed_variable_and_epoch_visibility(comm, store):
 def test_init_bad_arguments_raise_everywhere(comm, store):
     with pytest.raises(pyddstore.DDStoreValueError):
         store.init("z", 3, 0)
-    with pytest.raises(pyddstore.DDStoreRangeError):
+    with pytest.raises(pyddstore.DDStoreValueError):  # DDS_EINVAL, as C's dds_init
         store.init("z", -1, 4)
     with pytest.raises(pyddstore.DDStoreTypeError):
         store.init("z", 2.5, 4)

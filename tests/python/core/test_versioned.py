@@ -90,3 +90,35 @@ def test_rows_never_torn_while_rewritten(store, comm):
     assert not errors, errors
     if METHOD == 0:
         s.sync()
+
+
+@pytest.mark.parametrize("call", ["init", "init_versioned"])
+def test_init_checks_are_one_with_one_code(store, comm, call):
+    """init and init_versioned make the same argument checks, with the codes
+    C gives (dds_init, dds_init_versioned), on every rank when one rank is bad."""
+    from pyddstore.util import DDS_EINVAL, DDS_EMISMATCH, DDS_EOVERFLOW
+
+    init = getattr(store, call)
+    rank = comm.Get_rank()
+    for i, (args, code) in enumerate([((-1, 4), DDS_EINVAL), ((2, 0), DDS_EINVAL), ((2, 4, 0), DDS_EINVAL),
+                                      ((1 << 62, 4), DDS_EOVERFLOW)]):
+        name = f"chk/{call}/{i}"
+        # Every rank bad, then only the last rank bad (the others learn of it).
+        for bad in (True, rank == comm.Get_size() - 1):
+            with pytest.raises(DDStoreValueError) as ei:
+                init(name, *(args if bad else (2, 4)))
+            assert ei.value.code == code, (args, ei.value)
+        assert name not in store.names()
+    if comm.Get_size() > 1:
+        with pytest.raises(DDStoreValueError) as ei:
+            init(f"chk/{call}/rows", 2, 4 + rank)
+        assert ei.value.code == DDS_EMISMATCH
+
+
+def test_versioned_calls_are_methods(store):
+    """The module functions are aliases of the PyDDStore methods."""
+    store.init_versioned("m/x", 2, 4, block_rows=2)
+    pyddstore.init_versioned(store, "m/y", 2, 4)
+    assert store.block_rows("m/x") == pyddstore.block_rows(store, "m/x") == 2
+    assert store.block_rows("m/y") == 1
+    assert store.generation("m/x", 0) == pyddstore.generation(store, "m/x", 0) == 0

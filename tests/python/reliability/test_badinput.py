@@ -243,7 +243,7 @@ CASES = [
     C(id="init-overflow-itemsize", fn=lambda c: c.store.init(fresh_name(c, "ov"), 1 << 40, 1 << 20, 1 << 10),
       exc=DDStoreValueError, match=r"overflow"),
     C(id="init-negative-rows", fn=lambda c: c.store.init(fresh_name(c, "neg"), -1, 4),
-      exc=DDStoreRangeError, match=r"nrows must be >= 0, got -1"),
+      exc=DDStoreValueError, match=r"nrows must be >= 0, got -1"),
     C(id="init-zero-disp", fn=lambda c: c.store.init(fresh_name(c, "zd"), 1, 0),
       exc=DDStoreValueError, match=r"disp \(0\) and itemsize \(1\) must be >= 1"),
     C(id="init-float-itemsize", fn=lambda c: c.store.init(fresh_name(c, "fi"), 1, 4, 1.5),
