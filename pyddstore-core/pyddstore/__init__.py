@@ -11,6 +11,9 @@ copy installed with the ``pyddstore-core`` distribution, else the system
 Log records go to the ``pyddstore`` logger with the rank in each
 (``%(rank)s``): by default only WARNING and above on rank 0, nothing on
 other ranks; :func:`pyddstore.enable_logging` prints more.
+
+Helpers for packages built on pyddstore (agreement of a collective call's
+checks, error codes, the dtype table, logging): :mod:`pyddstore.util`.
 """
 
 from pkgutil import extend_path
