@@ -157,6 +157,6 @@ def verdict(err):
 
 def raise_verdict(rank, failed):
     """Raise, on this rank, the error `failed` (a :func:`verdict`) of rank
-    `rank`: its class and code, its message prefixed with ``rank <rank>: ``."""
+    `rank`: its class and code, its message prefixed with ``rank <rank>:``."""
     name, code, message = failed
     raise _CLASS_OF_NAME.get(name, DDStoreError)(f"rank {rank}: {message}", code)

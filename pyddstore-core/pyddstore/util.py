@@ -21,7 +21,7 @@ Errors
   raised there with its class and code.
 
 dtypes
-  :data:`SUPPORTED_DTYPES` (the one table of element types, also exported
+  :data:`pyddstore.SUPPORTED_DTYPES` (the one table of element types, also exported
   by :mod:`pyddstore`), :data:`BFLOAT16`, and numpy records (structured
   dtypes, stored as bytes) described as JSON: :func:`record_to_obj`,
   :func:`record_from_obj`, :func:`record_text`, :func:`record_problem`.
@@ -92,15 +92,15 @@ def raise_agreed(comm, err, value=_NO_VALUE):
 
     A rank whose `err` is set raises it; the others raise the first failed
     rank's error (see :func:`verdict`): its class and code, its message
-    prefixed with ``rank <k>: ``. With `value` (picklable, compared with
+    prefixed with ``rank <k>:``. With `value` (picklable, compared with
     ``==``), the ranks must also pass equal values: when no rank failed but
-    the values differ, every rank raises a :class:`DDStoreValueError` with
+    the values differ, every rank raises a :class:`~pyddstore.DDStoreValueError` with
     code ``DDS_EMISMATCH`` naming rank 0's value and the first that differs.
 
     Parameters:
       comm: an mpi4py communicator.
       err: this rank's exception (any class; one that is not a
-        :class:`DDStoreError` reaches the other ranks as a DDStoreError whose
+        :class:`~pyddstore.DDStoreError` reaches the other ranks as a DDStoreError whose
         message starts with its class name), or None.
       value: what every rank must agree on (omit to compare nothing).
 
