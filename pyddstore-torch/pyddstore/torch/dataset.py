@@ -8,12 +8,12 @@ import time
 
 import numpy as np
 import torch
+from torch.utils.data import default_collate as _default_collate
 
-from pyddstore import DDStoreRangeError
-from pyddstore._errors import DDS_EMISMATCH, DDS_ERANGE
+from pyddstore._errors import DDS_EMISMATCH
 
 from . import _dtypes
-from . import _loader_protocol as loader_protocol
+from ._loader_protocol import Columns, SampleBatch
 from . import _progress
 from . import _structure as st
 from ._errors import DatasetStoreError
@@ -25,11 +25,6 @@ from .ragged import RaggedFields
 _SUPPORTED_DEVICE_TYPES_TEXT = "'cpu', 'cuda' or 'cuda:<n>'"
 # Bytes of samples per chunk when loading into files (storage_dir=) without chunk_size=.
 _FILE_CHUNK_BYTES = 64 << 20
-
-
-def _batch_get_enabled():
-    # Read per call so a test or a user can switch it without rebuilding the dataset.
-    return os.environ.get("DDSTORE_BATCH_GET", "1").strip() != "0"
 
 
 def _as_device(device, what):
@@ -54,13 +49,13 @@ class _LoadPlan(LoadPlan):
     use_range: bool = False    # read blocks with source.read_range(); decided by _load
 
 
-class _StoreDataset(StoreDataset):
-    """Reading side shared by DistDataset and DistDatasetReader.
+class _FieldDataset(StoreDataset):
+    """What DistDataset and DistDatasetReader add to StoreDataset: samples of
+    fixed-shape fields (_structure), their buffers, and turning the columns
+    StoreDataset reads into samples. Calls down to StoreDataset only.
 
-    Subclasses set _store, _name, _structure, _len, _device, _decode and
-    _collective (True when batched reads are made in order by one thread:
-    loader_protocol.reads_in_order, method 0; a superset of the stores whose
-    reads are group-collective).
+    Subclasses set _name, _structure, _len, _device and _decode, then
+    StoreDataset._attach_store(store).
     """
 
     _ragged = None
@@ -189,6 +184,13 @@ class _StoreDataset(StoreDataset):
                     raise
                 # else: alloc() failed half-way and never registered this one
 
+    def free(self):
+        """Unregister alloc() buffers and free the store (collective for
+        DistDataset). Idempotent."""
+        if self._store is not None:
+            self._release_all()
+        super().free()
+
     def _release_all(self):
         with self._alloc_lock:
             allocated = list(self._allocated.values())
@@ -220,47 +222,21 @@ class _StoreDataset(StoreDataset):
         return buf[:n]
 
     # ---- reads ---------------------------------------------------------------
-    def _read_columns(self, rows, keys, out, bad):
-        """Host numpy columns (len(rows), *shape) of `keys`, one get_batch per field."""
+    def _field_columns(self, rows, keys, out):
+        """Host numpy columns (len(rows), *shape) of `keys`, read by StoreDataset
+        (one get_batch per field) into `out`'s buffers or new ones."""
         n = len(rows)
-        cols = {}
-        batch = _batch_get_enabled()
-        if bad is not None:
-            err = IndexError(f"sample index {bad} out of range for dataset {self._name!r} of "
-                             f"{self._len} samples")
-            if batch and self._collective and keys:
-                # method 0: where reads are group-collective the other ranks of the group
-                # are in this read too; fail_read has them raise this error with us
-                # ("rank k: ...") instead of waiting (elsewhere it only raises here).
-                err = DDStoreRangeError(str(err), DDS_ERANGE)
-                self._store.fail_read(err)
-            raise err
-        for k in keys:
-            spec = self._structure.by_key[k]
-            col = self._out_column(out, k, n) if out is not None else self._host_buffer(spec, n)
-            var = self._var_name(k)
-            if batch:
-                self._store.get_batch(var, col, rows)
-            else:
-                for j, r in enumerate(rows):
-                    self._store.get(var, col[j:j + 1], int(r))
-            cols[k] = col
+        cols = {k: (self._out_column(out, k, n) if out is not None
+                    else self._host_buffer(self._structure.by_key[k], n)) for k in keys}
+        self._read_columns([(self._var_name(k), cols[k]) for k in keys], rows)
         return cols
 
     def _get_rows(self, rows, keys):
         """Non-collective read: one get() per run of consecutive rows."""
-        n = len(rows)
         cols = {}
-        # Split rows into runs r, r+1, ...: each run is one get().
-        breaks = np.flatnonzero(np.diff(rows) != 1) + 1 if n > 1 else np.empty(0, np.int64)
-        bounds = [0, *breaks.tolist(), n]
         for k in keys:
-            col = self._host_buffer(self._structure.by_key[k], n)
-            var = self._var_name(k)
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                if b > a:
-                    self._store.get(var, col[a:b], int(rows[a]))
-            cols[k] = col
+            cols[k] = self._host_buffer(self._structure.by_key[k], len(rows))
+            self._read_runs(self._var_name(k), cols[k], rows)
         return cols
 
     def _to_values(self, keys, cols):
@@ -297,8 +273,7 @@ class _StoreDataset(StoreDataset):
         """
         self._check_open()
         keys = self._keys(fields)
-        rows, bad = self._rows(rows)
-        return self._to_values(keys, self._read_columns(rows, keys, out, bad))
+        return self._to_values(keys, self._field_columns(self._rows(rows), keys, out))
 
     def __getitem__(self, index):
         """Sample index, with the source's structure (not collective: one get() per field)."""
@@ -325,8 +300,8 @@ class _StoreDataset(StoreDataset):
         """
         self._check_open()
         keys = self._structure.keys
-        rows, bad = self._rows(indices)
-        vals = self._to_values(keys, self._read_columns(rows, keys, out, bad))
+        rows = self._rows(indices)
+        vals = self._to_values(keys, self._field_columns(rows, keys, out))
         specs = self._structure.fields
         samples = [st.build(self._structure, [st.field_value(f, vals[f.key], j) for f in specs])
                    for j in range(len(rows))]
@@ -338,41 +313,35 @@ class _StoreDataset(StoreDataset):
         if self._decode is not None or self._ragged is not None or self._structure.has_records:
             # No columns to hand over (torch tensors hold no numpy records): the
             # loader's collate_fn gets the samples, as DataLoader's does.
-            return loader_protocol.SampleBatch(samples, self._structure, None)
+            return SampleBatch(samples)
         cols = [v if isinstance(v, torch.Tensor) else torch.from_numpy(v) for v in
                 (vals[f.key] for f in specs)]
-        return loader_protocol.SampleBatch(samples, self._structure, cols)
+        return SampleBatch(samples, Columns(self._structure, cols))
 
-    # ---- ThreadDataLoader hooks (_loader_protocol) ---------------------------
-    def _pyddstore_column_batch(self, indices, out=None):
-        """The batch as a ColumnBatch, for a loader that collates with the default collate:
-        the same reads as __getitems__ without building a view per sample and field (a
-        Python call and a tensor view each, which cost more than the read itself for small
-        samples). None when samples need per-sample work (decode, ragged fields) or a
-        subclass overrides __getitems__; decided before reading, so the caller's fallback to
-        __getitems__ never reads twice."""
-        if (self._decode is not None or self._ragged is not None or self._structure.has_records
-                or type(self).__getitems__ is not _StoreDataset.__getitems__):
+    # ---- the loader contract (_loader_protocol.LoaderDataset) -----------------
+    def read_batch(self, indices, collate_fn, out=None):
+        """The batch as Columns, for a loader that collates with torch's default
+        collate: the same reads as __getitems__ without building a view per sample
+        and field (a Python call and a tensor view each, which cost more than the
+        read itself for small samples). None for any other collate_fn, and when
+        samples need per-sample work (decode, ragged fields) or a subclass
+        overrides __getitems__; decided before reading, so the caller's fallback
+        to __getitems__ never reads twice."""
+        if (collate_fn is not _default_collate or self._decode is not None
+                or self._ragged is not None or self._structure.has_records
+                or type(self).__getitems__ is not _FieldDataset.__getitems__):
             return None
         self._check_open()
         keys = self._structure.keys
-        rows, bad = self._rows(indices)
-        vals = self._to_values(keys, self._read_columns(rows, keys, out, bad))
-        return loader_protocol.ColumnBatch(self._structure, [
+        vals = self._to_values(keys, self._field_columns(self._rows(indices), keys, out))
+        return Columns(self._structure, [
             v if isinstance(v, torch.Tensor) else torch.from_numpy(v)
             for v in (vals[f.key] for f in self._structure.fields)])
 
-    def _pyddstore_ordered_reads(self):
-        """The dataset whose reads are collective (method 0) or None: ThreadDataLoader reads in order."""
-        return self if self._collective else None
-
-    # ---- hooks of a dataset built on this one (_loader_protocol, 5.) ----------
-    def _pyddstore_stored_keys(self, fields):
-        """WindowedDataset's fields= check: the stored keys `fields` selects."""
-        return self._keys(fields)
-
-    def _pyddstore_read_rows_apart(self, rows, keys):
-        """WindowedDataset's ws[i]: rows of `keys` as read_rows() gives them, never collective."""
+    # ---- for a dataset built on this one (WindowedDataset) ---------------------
+    def _read_rows_apart(self, rows, keys):
+        """Rows of `keys` as read_rows() gives them, read with non-collective
+        get()s (WindowedDataset's ws[i]): any thread, any method."""
         self._check_open()
         return self._to_values(keys, self._get_rows(rows, keys))
 
@@ -412,12 +381,9 @@ class _StoreDataset(StoreDataset):
     def _init_reading(self):
         self._alloc_lock = threading.Lock()
         self._allocated = {}
-        # ThreadDataLoader's handshake: the iterator whose collective reads are
-        # still in flight on this dataset (drained before another one starts).
-        loader_protocol.init_ordered_owner(self)
 
 
-class DistDataset(_StoreDataset):
+class DistDataset(_FieldDataset):
     """A map-style dataset stored in DDStore across the ranks of comm.
 
     Each rank loads only its contiguous share of `source` into the store; every
@@ -573,14 +539,13 @@ class DistDataset(_StoreDataset):
             if in_files:
                 store.save()  # reopenable by a later job (DistDataset.open)
             self._log_loaded(store, time.perf_counter() - t0)
-            self._collective = loader_protocol.reads_in_order(store)
         except BaseException:
             try:
                 store.free()
             finally:
                 self._store = None
             raise
-        self._store = store
+        self._attach_store(store)
 
     @classmethod
     def open(cls, storage_dir, name, comm=None, ddstore_width=None, *, device=None, method=None,
@@ -640,7 +605,6 @@ class DistDataset(_StoreDataset):
                          f"storage directory {os.fspath(storage_dir)}")
             self._ragged = RaggedFields.from_store(store, name)
             self._decode = decode
-            self._collective = loader_protocol.reads_in_order(store)
         except Exception as e:  # noqa: BLE001 - agreed, then raised on every rank
             err = e
         try:
@@ -648,7 +612,7 @@ class DistDataset(_StoreDataset):
         except BaseException:
             store.free()
             raise
-        self._store = store
+        self._attach_store(store)
         return self
 
     # ---- loading ---------------------------------------------------------------
@@ -884,7 +848,7 @@ def _difference(a, ia, b, ib):
     return f"samples {ia} and {ib} differ"
 
 
-class DistDatasetReader(_StoreDataset):
+class DistDatasetReader(_FieldDataset):
     """A DistDataset published by a method=2 core group, joined from a separate job.
 
     No MPI communicator is needed: the reader joins the core group's store
@@ -917,14 +881,13 @@ class DistDatasetReader(_StoreDataset):
             raise TypeError("decode must be callable: decode(stored, index) -> sample")
         self._device = _as_device(device, "device")
         self._decode = decode
-        self._collective = False
         meta = f"{name}/{st.STRUCTURE_SUFFIX}"
         store = join(meta, handshake_dir=handshake_dir, n_core=n_core)
         try:
             structure = _read_structure(store, name)
             store.join([self._var_name(f.key) for f in structure.fields])
             self._attach(store, name, structure, "the handshake directory")
-            self._store = store
+            self._attach_store(store)
         except BaseException:
             self._store = None
             store.free()

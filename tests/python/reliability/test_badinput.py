@@ -292,9 +292,9 @@ CASES = [
       exc=DDStoreTypeError, match=r"name must be a str"),
     # get_batch / get_ranges (method 0: group-collective, same bad input on all ranks)
     C(id="batch-row-out-of-range", fn=lambda c: c.store.get_batch("v", f32(2), [0, c.global_rows]),
-      exc=DDStoreRangeError, match=r"'v': row \d+ is outside"),
+      exc=DDStoreRangeError, match=r"'v': row \d+ \(position 1\) is outside \[0, \d+\)"),
     C(id="batch-negative-row", fn=lambda c: c.store.get_batch("v", f32(2), [0, -1]),
-      exc=DDStoreRangeError, match=r"row -1 is outside"),
+      exc=DDStoreRangeError, match=r"row -1 \(position 1\) is outside"),
     C(id="batch-output-too-small", fn=lambda c: c.store.get_batch("v", f32(1), [0, 1]),
       exc=DDStoreValueError, match=r"output has 1 rows, 2 requested"),
     C(id="batch-float-rows", fn=lambda c: c.store.get_batch("v", f32(2), np.array([0.0, 1.0])),

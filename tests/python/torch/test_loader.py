@@ -261,22 +261,51 @@ class RecordingDist(DistDataset):
         return super().__getitems__(indices, out=out)
 
 
-def test_method0_reads_in_one_thread_in_order(world):
+@pytest.fixture
+def collective_reads(monkeypatch):
+    """Method-0 stores made in the test read group-collectively also on one host
+    (DDSTORE_NODE_LOCAL=0: node peers are read through RMA), as across hosts."""
+    monkeypatch.setenv("DDSTORE_NODE_LOCAL", "0")
+
+
+def test_method0_reads_in_one_thread_in_order(world, collective_reads):
     ds = RecordingDist(MapSource(N, make), "ordered")
     ds.log = []
     try:
         assert ds.ddstore.method == 0
+        # the loader's rule is the store's (libddstore's dds_reads_collective): no other
+        assert (ds.ordered_reads() is ds) == ds.ddstore.reads_collective == (world.size > 1)
         sampler = DistributedSampler(ds, num_replicas=world.size, rank=world.rank, seed=1)
         with ThreadDataLoader(ds, batch_size=3, sampler=sampler, num_workers=3) as tdl:
             got = batches(tdl)
-        assert len({t for t, _ in ds.log}) == 1
-        assert [i for _, i in ds.log] == [list(b) for b in torch.utils.data.BatchSampler(sampler, 3, False)]
+        if ds.ddstore.reads_collective:
+            assert len({t for t, _ in ds.log}) == 1
+            assert [i for _, i in ds.log] == [list(b) for b in torch.utils.data.BatchSampler(sampler, 3, False)]
         assert_batches_equal(got, batches(DataLoader(ds, batch_size=3, sampler=sampler)))
     finally:
         ds.free()
 
 
-def test_method0_epoch_cut_short(world):
+def test_method0_node_local_reads_in_threads(world, monkeypatch):
+    """Where the group shares node memory (or has one rank) method-0 batched reads are
+    memory copies, not collective and thread-safe: the loader reads them in its threads."""
+    monkeypatch.setenv("DDSTORE_NODE_LOCAL", "1")
+    ds = RecordingDist(MapSource(N, make), "nodelocal")
+    ds.log = []
+    try:
+        assert ds.ddstore.method == 0
+        if ds.ddstore.reads_collective:
+            pytest.skip("the group spans hosts (or has no node shared memory): reads are collective")
+        assert ds.ordered_reads() is None
+        sampler = DistributedSampler(ds, num_replicas=world.size, rank=world.rank, seed=2)
+        with ThreadDataLoader(ds, batch_size=2, sampler=sampler, num_workers=3) as tdl:
+            got = batches(tdl)
+        assert_batches_equal(got, batches(DataLoader(ds, batch_size=2, sampler=sampler)))
+    finally:
+        ds.free()
+
+
+def test_method0_epoch_cut_short(world, collective_reads):
     """break out of an epoch with reads in flight (prefetch depth differs per rank), then go on."""
     ds = RecordingDist(MapSource(N * 3, make), "cut")
     ds.log = []
@@ -300,14 +329,14 @@ def test_method0_epoch_cut_short(world):
         ds.free()
 
 
-def test_method0_subset_reads_in_one_thread(world):
+def test_method0_subset_reads_in_one_thread(world, collective_reads):
     ds = RecordingDist(MapSource(N, make), "subset")
     ds.log = []
     try:
         sub = torch.utils.data.Subset(ds, list(range(3, N)))
         with ThreadDataLoader(sub, batch_size=4, num_workers=3) as tdl:
             got = batches(tdl)
-        assert len({t for t, _ in ds.log}) == 1
+        assert len({t for t, _ in ds.log}) == 1 or not ds.ddstore.reads_collective
         assert_batches_equal(got, batches(DataLoader(sub, batch_size=4)))
     finally:
         ds.free()
