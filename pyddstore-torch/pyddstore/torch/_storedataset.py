@@ -135,17 +135,12 @@ class StoreDataset(torch.utils.data.Dataset):
     store's own rule (``store.reads_collective``), read_batch() None here
     (subclasses that read a batch as columns override it).
 
-    Subclasses set _name and _len, then call _attach_store(store) once the
-    store holds the dataset (_store is None before that and once freed).
+    Subclasses set _name and _len, and _store once the store holds the
+    dataset (None before that and once freed).
     """
 
     _store = None
-    _collective = False    # store.reads_collective: batched reads are group-collective
     _ordered_owner = None  # ThreadDataLoader's owner slot (_loader_protocol, section 2)
-
-    def _attach_store(self, store):
-        self._store = store
-        self._collective = store.reads_collective
 
     def __len__(self):
         return self._len
@@ -175,7 +170,8 @@ class StoreDataset(torch.utils.data.Dataset):
         """Self when batched reads are group-collective (libddstore's rule,
         ``store.reads_collective``: method 0 across nodes), else None:
         ThreadDataLoader then makes them in one thread, in order."""
-        return self if self._collective else None
+        store = self._store
+        return self if store is not None and store.reads_collective else None
 
     def read_batch(self, indices, collate_fn, out=None):
         """The batch as columns `collate_fn` collates, or None: read with __getitems__."""

@@ -54,8 +54,7 @@ class _FieldDataset(StoreDataset):
     fixed-shape fields (_structure), their buffers, and turning the columns
     StoreDataset reads into samples. Calls down to StoreDataset only.
 
-    Subclasses set _name, _structure, _len, _device and _decode, then
-    StoreDataset._attach_store(store).
+    Subclasses set _name, _structure, _len, _device and _decode, then _store.
     """
 
     _ragged = None
@@ -458,12 +457,14 @@ class DistDataset(_FieldDataset):
     samples or ranks) are raised on every rank with the same message, naming
     the rank, the sample index, the field and both shapes/dtypes.
 
-    With method=0, batched reads (__getitems__, read_rows) are collective:
+    With method=0, batched reads (__getitems__, read_rows) are collective
+    where the store's group spans nodes (``ds.ddstore.reads_collective``):
     every rank must read the same number of batches (DistributedSampler does
-    that) from one thread (ThreadDataLoader does all reads of a method-0
-    dataset in one thread, in order). ds[i] is never collective. libddstore's
-    method-0 reads are not thread-safe: while a ThreadDataLoader iterates a
-    method-0 dataset, read it from no other thread (methods 1/2 allow it).
+    that) from one thread (ThreadDataLoader then does all reads of the
+    dataset in one thread, in order); while a ThreadDataLoader iterates it,
+    make no other batched read from another thread. ds[i] is never
+    collective. Where the group shares one node's memory, method-0 batched
+    reads are memory copies: not collective and thread-safe, as methods 1/2.
 
     Loading progress: with ``progress=True`` rank 0 of comm shows a tqdm bar on
     stderr over its own share (advanced per chunk with chunk_size=, else per
@@ -545,7 +546,7 @@ class DistDataset(_FieldDataset):
             finally:
                 self._store = None
             raise
-        self._attach_store(store)
+        self._store = store
 
     @classmethod
     def open(cls, storage_dir, name, comm=None, ddstore_width=None, *, device=None, method=None,
@@ -612,7 +613,7 @@ class DistDataset(_FieldDataset):
         except BaseException:
             store.free()
             raise
-        self._attach_store(store)
+        self._store = store
         return self
 
     # ---- loading ---------------------------------------------------------------
@@ -887,7 +888,7 @@ class DistDatasetReader(_FieldDataset):
             structure = _read_structure(store, name)
             store.join([self._var_name(f.key) for f in structure.fields])
             self._attach(store, name, structure, "the handshake directory")
-            self._attach_store(store)
+            self._store = store
         except BaseException:
             self._store = None
             store.free()

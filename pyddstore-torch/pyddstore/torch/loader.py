@@ -120,7 +120,7 @@ class _Core:
         self.reader = loader_protocol.find(self.dataset)
         self.ordered_ds = self.reader.ordered_reads() if self.reader is not None else None
         self.seed_drawn = False
-        # Reads in one thread in order: collective reads (method 0), and iterable
+        # Reads in one thread in order: collective reads (store.reads_collective), and iterable
         # datasets (one shared iterator).
         self.ordered = self.ordered_ds is not None or self.kind == _DatasetKind.Iterable
         self.lock = threading.Lock()
@@ -499,10 +499,11 @@ class ThreadDataLoader(DataLoader[T_co]):
     pin worker thread i to CPUs [offset + i*width, offset + (i+1)*width) of the
     process's affinity.
 
-    With a method-0 DistDataset (collective reads) every read happens in one
-    reader thread, in batch order, and collation runs in the worker threads;
-    with methods 1/2 the workers read in parallel. Iterate one loader of a
-    method-0 dataset at a time. An epoch cut short (break) on some ranks only
+    With a dataset whose batched reads are collective (method 0 across nodes:
+    its store's ``reads_collective``) every read happens in one reader
+    thread, in batch order, and collation runs in the worker threads;
+    otherwise (methods 1/2, method 0 within one node) the workers read in
+    parallel. Iterate one loader of such a dataset at a time. An epoch cut short (break) on some ranks only
     needs nothing from the others: the next iter() or close() waits for this
     rank's reads in flight (they complete as the other ranks read), and
     ds.free() takes part in the reads other ranks still make. Between a break

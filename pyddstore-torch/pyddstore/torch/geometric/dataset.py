@@ -388,7 +388,7 @@ class DistDataset(_GraphDataset):
         except BaseException:
             store.free()
             raise
-        self._attach_store(store)
+        self._store = store
 
     @staticmethod
     def _scan(plan, a, b, graphs, bar):
@@ -633,4 +633,4 @@ class DistDatasetReader(_GraphDataset):
         except BaseException:
             store.free()
             raise
-        self._attach_store(store)
+        self._store = store
