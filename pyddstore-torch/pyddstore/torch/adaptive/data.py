@@ -515,13 +515,15 @@ class _FromHelper:
     (``loader.x`` is ``loader._elastic.x``, a method then bound to the helper):
     the one way the mixin exposes the helper, instead of a forwarding method each."""
 
-    def __init__(self, settable=False):
+    def __init__(self, settable=False, doc=None):
         self.settable = settable
+        self.__doc__ = doc
 
     def __set_name__(self, owner, name):
         self.name = name
-        kind = "meth" if callable(getattr(AdaptiveDataLoaderHelper, name, None)) else "attr"
-        self.__doc__ = f"See :{kind}:`AdaptiveDataLoaderHelper.{name}`."
+        if self.__doc__ is None:
+            kind = "meth" if callable(getattr(AdaptiveDataLoaderHelper, name, None)) else "attr"
+            self.__doc__ = f"See :{kind}:`AdaptiveDataLoaderHelper.{name}`."
 
     def __get__(self, loader, owner=None):
         if loader is None:
@@ -554,7 +556,8 @@ class AdaptiveDataLoaderMixin:
     accumulation_steps = _FromHelper()
     current_batch_size = _FromHelper()
     current_index = _FromHelper()
-    end_index = _FromHelper(settable=True)
+    end_index = _FromHelper(settable=True, doc="Free for the script's use; saved and restored "
+                                           "with the state (AdaptDL's name).")
     local_bsz_bounds = _FromHelper()
     max_batch_size = _FromHelper()
     training = _FromHelper()
