@@ -66,12 +66,6 @@ def rows_of(dataset, target, indices):
     return indices
 
 
-def ordered_reads_dataset(dataset):
-    """The dataset under `dataset` (through Subsets) whose batched reads are collective, or None."""
-    target = find(dataset)
-    return target.ordered_reads() if target is not None else None
-
-
 # ---- 1. batches the loader collates by handing over their columns -------------
 
 class Columns:

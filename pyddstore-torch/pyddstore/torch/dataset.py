@@ -13,10 +13,10 @@ from torch.utils.data import default_collate as _default_collate
 from pyddstore._errors import DDS_EMISMATCH
 
 from . import _dtypes
-from ._loader_protocol import Columns, SampleBatch
 from . import _progress
 from . import _structure as st
 from ._errors import DatasetStoreError
+from ._loader_protocol import Columns, SampleBatch
 from ._logging import logger
 from ._storedataset import LoadPlan, StoreDataset, agreed_length, as_comm, check_chunk_size
 from ._storedataset import raise_agreed as _raise_agreed

@@ -356,3 +356,32 @@ def test_subscriptable_like_dataloader(world):
     with ThreadDataLoader[dict](MapSource(N, make), batch_size=4, num_workers=2) as tdl:
         assert isinstance(tdl, ThreadDataLoader)
         assert_batches_equal(batches(tdl), batches(DataLoader(MapSource(N, make), batch_size=4)))
+
+
+def test_one_loader_contract(world):
+    """The loader asks pyddstore's datasets only through _loader_protocol.LoaderDataset
+    (ordered_reads, read_batch), found through Subsets; no _pyddstore_* hooks remain."""
+    from pyddstore.torch import WindowedDataset
+    from pyddstore.torch import _loader_protocol as lp
+
+    ds = DistDataset(MapSource(N, make), "contract")
+    try:
+        ws = WindowedDataset(ds, window=2)
+        sub = torch.utils.data.Subset(ds, [3, 1, 2])
+        for d in (ds, ws):
+            assert isinstance(d, lp.LoaderDataset)
+            assert not [a for a in dir(d) if a.startswith("_pyddstore")]
+        assert lp.find(sub) is ds and lp.rows_of(sub, ds, [0, 2]) == [3, 2]
+        assert lp.find(MapSource(N, make)) is None
+        assert ws.ordered_reads() is ds.ordered_reads()
+        assert (ds.ordered_reads() is ds) == ds.ddstore.reads_collective
+        # read_batch: Columns for torch's default collate only; None for any other collate_fn
+        cols = ds.read_batch(np.array([4, 0]), torch.utils.data.default_collate)
+        assert isinstance(cols, lp.Columns)
+        assert_same(lp.collated_columns(cols, copy=True),
+                    torch.utils.data.default_collate([make(4), make(0)]))
+        assert ds.read_batch([4, 0], lambda b: b) is None and ws.read_batch([0], None) is None
+        batch = ds.__getitems__([4, 0])
+        assert isinstance(batch, lp.SampleBatch) and isinstance(batch.columns, lp.Columns)
+    finally:
+        ds.free()
