@@ -503,8 +503,8 @@ class ThreadDataLoader(DataLoader[T_co]):
     its store's ``reads_collective``) every read happens in one reader
     thread, in batch order, and collation runs in the worker threads;
     otherwise (methods 1/2, method 0 within one node) the workers read in
-    parallel. Iterate one loader of such a dataset at a time. An epoch cut short (break) on some ranks only
-    needs nothing from the others: the next iter() or close() waits for this
+    parallel. Iterate one loader of such a dataset at a time. An epoch cut
+    short (break) on some ranks only needs nothing from the others: the next iter() or close() waits for this
     rank's reads in flight (they complete as the other ranks read), and
     ds.free() takes part in the reads other ranks still make. Between a break
     and the store's next other collective call (epoch_begin/end, sync, add)
