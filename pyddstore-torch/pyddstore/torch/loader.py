@@ -504,12 +504,13 @@ class ThreadDataLoader(DataLoader[T_co]):
     thread, in batch order, and collation runs in the worker threads;
     otherwise (methods 1/2, method 0 within one node) the workers read in
     parallel. Iterate one loader of such a dataset at a time. An epoch cut
-    short (break) on some ranks only needs nothing from the others: the next iter() or close() waits for this
-    rank's reads in flight (they complete as the other ranks read), and
-    ds.free() takes part in the reads other ranks still make. Between a break
-    and the store's next other collective call (epoch_begin/end, sync, add)
-    ranks must have read the same number of batches, else every rank raises a
-    DDStoreError naming the ranks and their counts.
+    short (break) on some ranks only needs nothing from the others: the next
+    iter() or close() waits for this rank's reads in flight (they complete as
+    the other ranks read), and ds.free() takes part in the reads other ranks
+    still make. Between a break and the store's next other collective call
+    (epoch_begin/end, sync, add) ranks must have read the same number of
+    batches, else every rank raises a DDStoreError naming the ranks and their
+    counts.
 
     reuse_buffers=True (dataset with alloc(), e.g. DistDataset): read every
     batch into one of a fixed pool of num_workers buffer sets from
