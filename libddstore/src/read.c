@@ -80,7 +80,8 @@ static int execute(dds_store *s, dds_var *v, op_list *l, bool bounded)
  * collective_reads: method 0): not where the whole
  * group shares memory (every read is then a memcpy), not in a group of one,
  * and not for readers. The one copy of the rule: dds_store_info_get()
- * reports it too (internal.h). */
+ * reports it too (internal.h), and bindings take it from there (pyddstore's
+ * reads_collective; pyddstore.torch's loader reads in one thread exactly where it holds). */
 bool dds_reads_collective(const dds_store *s)
 {
     return s->tp->collective_reads && !s->is_reader && s->group_size > 1 &&

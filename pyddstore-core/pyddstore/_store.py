@@ -85,6 +85,14 @@ class _Var:
         return f"{kind} rows of {self.row_bytes} bytes{shape}"
 
 
+def _c_int(x, what):
+    """x unchanged when a C int (the options' int32 fields) holds it: ctypes would
+    truncate it silently. What values are valid is libddstore's check."""
+    if not -(1 << 31) <= x < (1 << 31):
+        raise DDStoreValueError(f"{what}={x} is out of range of a C int", DDS_EINVAL)
+    return x
+
+
 def _remember_layout(v, out):
     """Let get()/get_batch() take their fast paths for outputs laid out like `out` (checked).
     Not for records whose fields export no buffer (datetime64, ...): the fast paths reach
@@ -244,15 +252,14 @@ class PyDDStore:
         ctl = comm.Dup()  # private channel for argument agreement
         err = None
         try:
-            m = -1 if method is None else _index(method, "method")
-            if m not in (-1, 0, 1, 2):
-                raise DDStoreValueError(f"method must be 0, 1 or 2 (or None for DDSTORE_METHOD), got {m}",
-                                        DDS_EINVAL)
-            w = size if width is None else _index(width, "ddstore_width")
-            if w < 1 or w > size or size % w:
-                raise DDStoreValueError(
-                    f"ddstore_width={w} must divide the communicator size {size} "
-                    "(groups are consecutive ranks of equal size)", DDS_EINVAL)
+            # Python checks the types and what ctypes would truncate; the values (a method
+            # 0, 1 or 2, a width dividing the size, the same on every rank) are libddstore's
+            # checks in dds_create, agreed there and raised on every rank.
+            m = -1 if method is None else _c_int(_index(method, "method"), "method")
+            w = size if width is None else _c_int(_index(width, "ddstore_width"), "ddstore_width")
+            if w == 0:  # libddstore's "whole communicator", which Python spells None
+                raise DDStoreValueError("ddstore_width=0 does not divide the communicator: pass None "
+                                        "for the whole communicator, or a divisor of its size", DDS_EINVAL)
             # n_core=0 is the newest original's default ("not a reader").
             if n_core is not None and _index(n_core, "n_core") != 0:
                 raise DDStoreValueError(
@@ -269,7 +276,7 @@ class PyDDStore:
         except DDStoreError as e:
             err = e
         try:
-            raise_agreed(ctl, err, ("create", m if err is None else None, w if err is None else None))
+            raise_agreed(ctl, err, "create")
         except BaseException:
             ctl.Free()
             raise
@@ -742,10 +749,8 @@ class PyDDStore:
             if o.shape[0] < n:
                 raise DDStoreValueError(
                     f"variable {name!r}: output has {o.shape[0]} rows, {n} requested", DDS_EINVAL)
-            if n and (int(r.min()) < 0 or int(r.max()) >= v.global_rows):
-                bad = r[(r < 0) | (r >= v.global_rows)][0]
-                raise DDStoreRangeError(
-                    f"variable {name!r}: row {int(bad)} is outside [0, {v.global_rows})", DDS_ERANGE)
+            # The row range is libddstore's check (one for every caller): DDS_ERANGE naming the
+            # row and its position, on every rank of the group where the read is collective.
         except Exception as e:  # noqa: BLE001 - every argument error reaches the group's read
             self.fail_read(e)
         with self._h as ptr:

@@ -164,7 +164,9 @@ typedef struct dds_store_info {
     int32_t node_local;   /* 1 when every rank of the group shares one node (reads are memory copies) */
     int32_t reads_collective; /* 1 when dds_get_batch/dds_get_ranges/dds_read_fail are
                                  group-collective (method 0, group of several ranks not all
-                                 in one node's shared memory); 0 otherwise and for a reader */
+                                 in one node's shared memory); 0 otherwise and for a reader,
+                                 and then those reads are thread-safe (bindings read them from
+                                 several threads exactly where this is 0) */
     /* Since ABI 1.2: */
     int32_t node_shm;     /* 1 when the shards of ranks on one node live in node shared memory:
                              reading a node peer's rows is then a memcpy, for every method
@@ -425,7 +427,8 @@ DDS_API int dds_get(dds_store *store, const char *name, void *out,
  * every rank ("rank k: ..."), and unequal numbers of calls give an error
  * (see "Collective tags" above), never a hang. Where the whole group shares
  * node memory every read is a memcpy and needs no collective: a bad
- * argument fails on that rank only, and unequal numbers of calls work.
+ * argument fails on that rank only, unequal numbers of calls work, and
+ * the call is thread-safe (no MPI call: shard memory and atomic counters).
  * Methods 1 and 2: not collective, thread-safe.
  *
  * Read protocol (dds_get_batch, dds_get_ranges; methods 1 and 2 also

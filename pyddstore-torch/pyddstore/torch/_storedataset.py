@@ -7,11 +7,13 @@
   :func:`raise_agreed`, the "agree, then raise" rule of loading, so an error
   on one rank fails every rank alike instead of leaving the others in the
   next collective call.
-* Their reading side's basics: :class:`StoreDataset` (length, name, store,
-  counters, the freed check, index checks, lifetime).
+* Their reading side: :class:`StoreDataset`, the one class that reads
+  their columns from the store (length, name, store, counters, the loader
+  contract, the freed check, index handling, reads, lifetime).
 """
 
 import dataclasses
+import os
 
 import numpy as np
 import torch
@@ -116,13 +118,29 @@ def agreed_length(comm, what, name, source, check_arguments, empty_text=""):
     return n_total, checked
 
 
-class StoreDataset(torch.utils.data.Dataset):
-    """Reading side shared by the store-backed datasets and their readers.
+def batch_get_enabled():
+    """DDSTORE_BATCH_GET (default 1); 0: one get() per sample instead of get_batch.
+    Read per call so a test or a user can switch it without rebuilding the dataset."""
+    return os.environ.get("DDSTORE_BATCH_GET", "1").strip() != "0"
 
-    Subclasses set _store (None once freed), _name and _len.
+
+class StoreDataset(torch.utils.data.Dataset):
+    """The reading side of the store-backed datasets and their readers: the one
+    class that reads their columns from the store.
+
+    pyddstore.torch.DistDataset / DistDatasetReader (dataset.py, through its
+    _FieldDataset) and the graph ones (geometric/dataset.py) extend it; it
+    calls only the store, never back into them. It implements the loader
+    contract (_loader_protocol.LoaderDataset): ordered_reads() from the
+    store's own rule (``store.reads_collective``), read_batch() None here
+    (subclasses that read a batch as columns override it).
+
+    Subclasses set _name and _len, and _store once the store holds the
+    dataset (None before that and once freed).
     """
 
     _store = None
+    _ordered_owner = None  # ThreadDataLoader's owner slot (_loader_protocol, section 2)
 
     def __len__(self):
         return self._len
@@ -147,6 +165,19 @@ class StoreDataset(torch.utils.data.Dataset):
         self._check_open()
         return self._store.stats()
 
+    # ---- the loader contract (_loader_protocol.LoaderDataset) -----------------
+    def ordered_reads(self):
+        """Self when batched reads are group-collective (libddstore's rule,
+        ``store.reads_collective``: method 0 across nodes), else None:
+        ThreadDataLoader then makes them in one thread, in order."""
+        store = self._store
+        return self if store is not None and store.reads_collective else None
+
+    def read_batch(self, indices, collate_fn, out=None):
+        """The batch as columns `collate_fn` collates, or None: read with __getitems__."""
+        return None
+
+    # ---- checks ----------------------------------------------------------------
     def _check_open(self):
         if self._store is None:
             # The store's own class for a call on a freed store (a RuntimeError, as before).
@@ -154,6 +185,8 @@ class StoreDataset(torch.utils.data.Dataset):
                                     DDS_ESTATE)
 
     def _index(self, i):
+        """Sample index i of ds[i] as an int in range (IndexError otherwise): a
+        single-sample read is never collective, so it is checked here."""
         try:
             i = int(i.__index__())
         except (AttributeError, TypeError):
@@ -169,29 +202,52 @@ class StoreDataset(torch.utils.data.Dataset):
         return i
 
     def _rows(self, indices):
-        """indices -> int64 array with negatives wrapped; first out-of-range index or None."""
+        """Batch indices -> int64 rows, negatives from the end (as Python
+        indexing): what only Python knows. The range is the store's check
+        (libddstore's get_batch checks every row and, where the read is
+        group-collective, fails it on every rank of the group); an index
+        below -len stays as given, so its message names it."""
         if isinstance(indices, torch.Tensor):
             indices = indices.detach().cpu().numpy()
         rows = np.array(indices, dtype=np.int64, copy=True).reshape(-1)
-        rows[rows < 0] += self._len
-        bad = np.flatnonzero((rows < 0) | (rows >= self._len))
-        return rows, (None if bad.size == 0 else int(np.asarray(indices).reshape(-1)[bad[0]]))
+        rows[(rows < 0) & (rows >= -self._len)] += self._len
+        return rows
+
+    # ---- reads ---------------------------------------------------------------
+    def _read_columns(self, reads, rows):
+        """Read `rows` of each (variable, buffer) of `reads` into the buffer (at
+        least len(rows) rows): one get_batch() per variable, group-collective
+        where the store's reads are (DDSTORE_BATCH_GET=0: one get() per row)."""
+        batch = batch_get_enabled()
+        for var, buf in reads:
+            if batch:
+                self._store.get_batch(var, buf, rows)
+            else:
+                for j, r in enumerate(rows.tolist()):
+                    self._store.get(var, buf[j:j + 1], r)
+
+    def _read_runs(self, var, buf, rows):
+        """Read `rows` of `var` into `buf` with one non-collective get() per run of
+        consecutive rows (any thread, any method)."""
+        n = len(rows)
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1 if n > 1 else np.empty(0, np.int64)
+        bounds = [0, *breaks.tolist(), n]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b > a:
+                self._store.get(var, buf[a:b], int(rows[a]))
 
     # ---- lifetime ------------------------------------------------------------
     def free(self):
-        """Unregister alloc() buffers (where the dataset has them) and free the store
-        (collective for DistDataset). Idempotent."""
+        """Free the store (collective for a dataset over a communicator). Idempotent."""
         store = self._store
         if store is None:
             return
-        self._release_all()
         self._store = None
         store.free()
 
-    def _release_all(self):
-        """Undo what needs the store still open (DistDataset: its alloc() buffers)."""
-
-    close = free
+    def close(self):
+        """Same as free()."""
+        self.free()
 
     def __enter__(self):
         return self

@@ -8,15 +8,15 @@ import time
 
 import numpy as np
 import torch
+from torch.utils.data import default_collate as _default_collate
 
-from pyddstore import DDStoreRangeError
-from pyddstore.util import DDS_EMISMATCH, DDS_ERANGE
+from pyddstore.util import DDS_EMISMATCH
 
 from . import _dtypes
-from . import _loader_protocol as loader_protocol
 from . import _progress
 from . import _structure as st
 from ._errors import DatasetStoreError
+from ._loader_protocol import Columns, SampleBatch
 from ._logging import logger
 from ._storedataset import LoadPlan, StoreDataset, agreed_length, as_comm, check_chunk_size
 from ._storedataset import raise_agreed as _raise_agreed
@@ -25,11 +25,6 @@ from .ragged import RaggedFields
 _SUPPORTED_DEVICE_TYPES_TEXT = "'cpu', 'cuda' or 'cuda:<n>'"
 # Bytes of samples per chunk when loading into files (storage_dir=) without chunk_size=.
 _FILE_CHUNK_BYTES = 64 << 20
-
-
-def _batch_get_enabled():
-    # Read per call so a test or a user can switch it without rebuilding the dataset.
-    return os.environ.get("DDSTORE_BATCH_GET", "1").strip() != "0"
 
 
 def _as_device(device, what):
@@ -54,13 +49,12 @@ class _LoadPlan(LoadPlan):
     use_range: bool = False    # read blocks with source.read_range(); decided by _load
 
 
-class _StoreDataset(StoreDataset):
-    """Reading side shared by DistDataset and DistDatasetReader.
+class _FieldDataset(StoreDataset):
+    """What DistDataset and DistDatasetReader add to StoreDataset: samples of
+    fixed-shape fields (_structure), their buffers, and turning the columns
+    StoreDataset reads into samples. Calls down to StoreDataset only.
 
-    Subclasses set _store, _name, _structure, _len, _device, _decode and
-    _collective (True when batched reads are made in order by one thread:
-    loader_protocol.reads_in_order, method 0; a superset of the stores whose
-    reads are group-collective).
+    Subclasses set _name, _structure, _len, _device and _decode, then _store.
     """
 
     _ragged = None
@@ -189,6 +183,13 @@ class _StoreDataset(StoreDataset):
                     raise
                 # else: alloc() failed half-way and never registered this one
 
+    def free(self):
+        """Unregister alloc() buffers and free the store (collective for
+        DistDataset). Idempotent."""
+        if self._store is not None:
+            self._release_all()
+        super().free()
+
     def _release_all(self):
         with self._alloc_lock:
             allocated = list(self._allocated.values())
@@ -220,47 +221,21 @@ class _StoreDataset(StoreDataset):
         return buf[:n]
 
     # ---- reads ---------------------------------------------------------------
-    def _read_columns(self, rows, keys, out, bad):
-        """Host numpy columns (len(rows), *shape) of `keys`, one get_batch per field."""
+    def _field_columns(self, rows, keys, out):
+        """Host numpy columns (len(rows), *shape) of `keys`, read by StoreDataset
+        (one get_batch per field) into `out`'s buffers or new ones."""
         n = len(rows)
-        cols = {}
-        batch = _batch_get_enabled()
-        if bad is not None:
-            err = IndexError(f"sample index {bad} out of range for dataset {self._name!r} of "
-                             f"{self._len} samples")
-            if batch and self._collective and keys:
-                # method 0: where reads are group-collective the other ranks of the group
-                # are in this read too; fail_read has them raise this error with us
-                # ("rank k: ...") instead of waiting (elsewhere it only raises here).
-                err = DDStoreRangeError(str(err), DDS_ERANGE)
-                self._store.fail_read(err)
-            raise err
-        for k in keys:
-            spec = self._structure.by_key[k]
-            col = self._out_column(out, k, n) if out is not None else self._host_buffer(spec, n)
-            var = self._var_name(k)
-            if batch:
-                self._store.get_batch(var, col, rows)
-            else:
-                for j, r in enumerate(rows):
-                    self._store.get(var, col[j:j + 1], int(r))
-            cols[k] = col
+        cols = {k: (self._out_column(out, k, n) if out is not None
+                    else self._host_buffer(self._structure.by_key[k], n)) for k in keys}
+        self._read_columns([(self._var_name(k), cols[k]) for k in keys], rows)
         return cols
 
     def _get_rows(self, rows, keys):
         """Non-collective read: one get() per run of consecutive rows."""
-        n = len(rows)
         cols = {}
-        # Split rows into runs r, r+1, ...: each run is one get().
-        breaks = np.flatnonzero(np.diff(rows) != 1) + 1 if n > 1 else np.empty(0, np.int64)
-        bounds = [0, *breaks.tolist(), n]
         for k in keys:
-            col = self._host_buffer(self._structure.by_key[k], n)
-            var = self._var_name(k)
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                if b > a:
-                    self._store.get(var, col[a:b], int(rows[a]))
-            cols[k] = col
+            cols[k] = self._host_buffer(self._structure.by_key[k], len(rows))
+            self._read_runs(self._var_name(k), cols[k], rows)
         return cols
 
     def _to_values(self, keys, cols):
@@ -297,8 +272,7 @@ class _StoreDataset(StoreDataset):
         """
         self._check_open()
         keys = self._keys(fields)
-        rows, bad = self._rows(rows)
-        return self._to_values(keys, self._read_columns(rows, keys, out, bad))
+        return self._to_values(keys, self._field_columns(self._rows(rows), keys, out))
 
     def __getitem__(self, index):
         """Sample index, with the source's structure (not collective: one get() per field)."""
@@ -325,8 +299,8 @@ class _StoreDataset(StoreDataset):
         """
         self._check_open()
         keys = self._structure.keys
-        rows, bad = self._rows(indices)
-        vals = self._to_values(keys, self._read_columns(rows, keys, out, bad))
+        rows = self._rows(indices)
+        vals = self._to_values(keys, self._field_columns(rows, keys, out))
         specs = self._structure.fields
         samples = [st.build(self._structure, [st.field_value(f, vals[f.key], j) for f in specs])
                    for j in range(len(rows))]
@@ -338,41 +312,35 @@ class _StoreDataset(StoreDataset):
         if self._decode is not None or self._ragged is not None or self._structure.has_records:
             # No columns to hand over (torch tensors hold no numpy records): the
             # loader's collate_fn gets the samples, as DataLoader's does.
-            return loader_protocol.SampleBatch(samples, self._structure, None)
+            return SampleBatch(samples)
         cols = [v if isinstance(v, torch.Tensor) else torch.from_numpy(v) for v in
                 (vals[f.key] for f in specs)]
-        return loader_protocol.SampleBatch(samples, self._structure, cols)
+        return SampleBatch(samples, Columns(self._structure, cols))
 
-    # ---- ThreadDataLoader hooks (_loader_protocol) ---------------------------
-    def _pyddstore_column_batch(self, indices, out=None):
-        """The batch as a ColumnBatch, for a loader that collates with the default collate:
-        the same reads as __getitems__ without building a view per sample and field (a
-        Python call and a tensor view each, which cost more than the read itself for small
-        samples). None when samples need per-sample work (decode, ragged fields) or a
-        subclass overrides __getitems__; decided before reading, so the caller's fallback to
-        __getitems__ never reads twice."""
-        if (self._decode is not None or self._ragged is not None or self._structure.has_records
-                or type(self).__getitems__ is not _StoreDataset.__getitems__):
+    # ---- the loader contract (_loader_protocol.LoaderDataset) -----------------
+    def read_batch(self, indices, collate_fn, out=None):
+        """The batch as Columns, for a loader that collates with torch's default
+        collate: the same reads as __getitems__ without building a view per sample
+        and field (a Python call and a tensor view each, which cost more than the
+        read itself for small samples). None for any other collate_fn, and when
+        samples need per-sample work (decode, ragged fields) or a subclass
+        overrides __getitems__; decided before reading, so the caller's fallback
+        to __getitems__ never reads twice."""
+        if (collate_fn is not _default_collate or self._decode is not None
+                or self._ragged is not None or self._structure.has_records
+                or type(self).__getitems__ is not _FieldDataset.__getitems__):
             return None
         self._check_open()
         keys = self._structure.keys
-        rows, bad = self._rows(indices)
-        vals = self._to_values(keys, self._read_columns(rows, keys, out, bad))
-        return loader_protocol.ColumnBatch(self._structure, [
+        vals = self._to_values(keys, self._field_columns(self._rows(indices), keys, out))
+        return Columns(self._structure, [
             v if isinstance(v, torch.Tensor) else torch.from_numpy(v)
             for v in (vals[f.key] for f in self._structure.fields)])
 
-    def _pyddstore_ordered_reads(self):
-        """The dataset whose reads are collective (method 0) or None: ThreadDataLoader reads in order."""
-        return self if self._collective else None
-
-    # ---- hooks of a dataset built on this one (_loader_protocol, 5.) ----------
-    def _pyddstore_stored_keys(self, fields):
-        """WindowedDataset's fields= check: the stored keys `fields` selects."""
-        return self._keys(fields)
-
-    def _pyddstore_read_rows_apart(self, rows, keys):
-        """WindowedDataset's ws[i]: rows of `keys` as read_rows() gives them, never collective."""
+    # ---- for a dataset built on this one (WindowedDataset) ---------------------
+    def _read_rows_apart(self, rows, keys):
+        """Rows of `keys` as read_rows() gives them, read with non-collective
+        get()s (WindowedDataset's ws[i]): any thread, any method."""
         self._check_open()
         return self._to_values(keys, self._get_rows(rows, keys))
 
@@ -412,12 +380,9 @@ class _StoreDataset(StoreDataset):
     def _init_reading(self):
         self._alloc_lock = threading.Lock()
         self._allocated = {}
-        # ThreadDataLoader's handshake: the iterator whose collective reads are
-        # still in flight on this dataset (drained before another one starts).
-        loader_protocol.init_ordered_owner(self)
 
 
-class DistDataset(_StoreDataset):
+class DistDataset(_FieldDataset):
     """A map-style dataset stored in DDStore across the ranks of comm.
 
     Each rank loads only its contiguous share of `source` into the store; every
@@ -492,12 +457,14 @@ class DistDataset(_StoreDataset):
     samples or ranks) are raised on every rank with the same message, naming
     the rank, the sample index, the field and both shapes/dtypes.
 
-    With method=0, batched reads (__getitems__, read_rows) are collective:
+    With method=0, batched reads (__getitems__, read_rows) are collective
+    where the store's group spans nodes (``ds.ddstore.reads_collective``):
     every rank must read the same number of batches (DistributedSampler does
-    that) from one thread (ThreadDataLoader does all reads of a method-0
-    dataset in one thread, in order). ds[i] is never collective. libddstore's
-    method-0 reads are not thread-safe: while a ThreadDataLoader iterates a
-    method-0 dataset, read it from no other thread (methods 1/2 allow it).
+    that) from one thread (ThreadDataLoader then does all reads of the
+    dataset in one thread, in order); while a ThreadDataLoader iterates it,
+    make no other batched read from another thread. ds[i] is never
+    collective. Where the group shares one node's memory, method-0 batched
+    reads are memory copies: not collective and thread-safe, as methods 1/2.
 
     Loading progress: with ``progress=True`` rank 0 of comm shows a tqdm bar on
     stderr over its own share (advanced per chunk with chunk_size=, else per
@@ -573,7 +540,6 @@ class DistDataset(_StoreDataset):
             if in_files:
                 store.save()  # reopenable by a later job (DistDataset.open)
             self._log_loaded(store, time.perf_counter() - t0)
-            self._collective = loader_protocol.reads_in_order(store)
         except BaseException:
             try:
                 store.free()
@@ -640,7 +606,6 @@ class DistDataset(_StoreDataset):
                          f"storage directory {os.fspath(storage_dir)}")
             self._ragged = RaggedFields.from_store(store, name)
             self._decode = decode
-            self._collective = loader_protocol.reads_in_order(store)
         except Exception as e:  # noqa: BLE001 - agreed, then raised on every rank
             err = e
         try:
@@ -787,7 +752,7 @@ class DistDataset(_StoreDataset):
             store.sync()
 
         if self._ragged is not None:
-            self._ragged.store(store, comm, self._name, start, stop, _raise_agreed)
+            self._ragged.store(store, comm, self._name, start, stop)
 
         # 3. The structure, for readers in other jobs (held by the group's rank 0).
         js = structure.to_json().encode() if g == 0 else b""
@@ -884,7 +849,7 @@ def _difference(a, ia, b, ib):
     return f"samples {ia} and {ib} differ"
 
 
-class DistDatasetReader(_StoreDataset):
+class DistDatasetReader(_FieldDataset):
     """A DistDataset published by a method=2 core group, joined from a separate job.
 
     No MPI communicator is needed: the reader joins the core group's store
@@ -917,7 +882,6 @@ class DistDatasetReader(_StoreDataset):
             raise TypeError("decode must be callable: decode(stored, index) -> sample")
         self._device = _as_device(device, "device")
         self._decode = decode
-        self._collective = False
         meta = f"{name}/{st.STRUCTURE_SUFFIX}"
         store = join(meta, handshake_dir=handshake_dir, n_core=n_core)
         try:

@@ -115,9 +115,12 @@ class _Core:
         self.fast_collate = self.collate_fn is _default_collate
         self.reuse = reuse_buffers
         self.affinity = _affinity_sets(self.n_threads)
-        self.ordered_ds = loader_protocol.ordered_reads_dataset(self.dataset)
+        # The dataset's loader contract (_loader_protocol.LoaderDataset), through Subsets; None
+        # for any other dataset, which is read with __getitems__ / [i] as DataLoader does.
+        self.reader = loader_protocol.find(self.dataset)
+        self.ordered_ds = self.reader.ordered_reads() if self.reader is not None else None
         self.seed_drawn = False
-        # Reads in one thread in order: collective reads (method 0), and iterable
+        # Reads in one thread in order: collective reads (store.reads_collective), and iterable
         # datasets (one shared iterator).
         self.ordered = self.ordered_ds is not None or self.kind == _DatasetKind.Iterable
         self.lock = threading.Lock()
@@ -227,13 +230,11 @@ class _Core:
             return fetcher.fetch(index)  # iterable dataset; raises StopIteration at its end
         ds = self.dataset
         if self.auto_collation:
-            # A collate_fn may read the batch itself (pyddstore.torch.geometric.Collater
-            # builds graph batches from store columns); None: the usual path.
-            data = loader_protocol.collate_fn_read(self.collate_fn, ds, index)
-            if data is not None:
-                return data
-            if self.fast_collate:
-                data = loader_protocol.read_column_batch(ds, index, out=bufs)
+            if self.reader is not None:
+                # The batch as columns this collate_fn takes (DistDataset's for the default
+                # collate, the graph dataset's for its Collater); None: the usual path.
+                rows = index if self.reader is ds else loader_protocol.rows_of(ds, self.reader, index)
+                data = self.reader.read_batch(rows, self.collate_fn, out=bufs)
                 if data is not None:
                     return data
             if bufs is not None:
@@ -490,24 +491,26 @@ class ThreadDataLoader(DataLoader[T_co]):
     does) in a worker thread; at most num_workers * prefetch_factor batches are
     in flight. A batch from DistDataset.__getitems__ is collated by handing
     over its per-field columns instead of stacking the samples again, when
-    collate_fn is the default. A collate_fn with a ``_pyddstore_read(dataset,
-    indices)`` method reads its batches itself (in the reading thread) and
-    collates what that returns, unless it is None
-    (pyddstore.torch.geometric.DataLoader builds graph batches so).
+    collate_fn is the default; a pyddstore dataset may read a batch as
+    columns its own collate_fn builds from (the graph DistDataset for
+    pyddstore.torch.geometric.DataLoader's Collater): the loader contract of
+    _loader_protocol.
     DDSTORE_AFFINITY_WIDTH / DDSTORE_AFFINITY_OFFSET
     pin worker thread i to CPUs [offset + i*width, offset + (i+1)*width) of the
     process's affinity.
 
-    With a method-0 DistDataset (collective reads) every read happens in one
-    reader thread, in batch order, and collation runs in the worker threads;
-    with methods 1/2 the workers read in parallel. Iterate one loader of a
-    method-0 dataset at a time. An epoch cut short (break) on some ranks only
-    needs nothing from the others: the next iter() or close() waits for this
-    rank's reads in flight (they complete as the other ranks read), and
-    ds.free() takes part in the reads other ranks still make. Between a break
-    and the store's next other collective call (epoch_begin/end, sync, add)
-    ranks must have read the same number of batches, else every rank raises a
-    DDStoreError naming the ranks and their counts.
+    With a dataset whose batched reads are collective (method 0 across nodes:
+    its store's ``reads_collective``) every read happens in one reader
+    thread, in batch order, and collation runs in the worker threads;
+    otherwise (methods 1/2, method 0 within one node) the workers read in
+    parallel. Iterate one loader of such a dataset at a time. An epoch cut
+    short (break) on some ranks only needs nothing from the others: the next
+    iter() or close() waits for this rank's reads in flight (they complete as
+    the other ranks read), and ds.free() takes part in the reads other ranks
+    still make. Between a break and the store's next other collective call
+    (epoch_begin/end, sync, add) ranks must have read the same number of
+    batches, else every rank raises a DDStoreError naming the ranks and their
+    counts.
 
     reuse_buffers=True (dataset with alloc(), e.g. DistDataset): read every
     batch into one of a fixed pool of num_workers buffer sets from

@@ -203,18 +203,15 @@ class RaggedFields:
         self._local[index] = parts
         return rest
 
-    def store(self, store, comm, name, start, stop, raise_agreed=None):
+    def store(self, store, comm, name, start, stop):
         """Add the taken samples ``start..stop-1`` to ``store`` (collective over ``comm``).
 
         ``comm`` is the store's communicator, ``start..stop`` this rank's share
-        (consecutive shares in rank order). ``raise_agreed(comm, err, what)``
-        raises the same error on every rank when any rank has one (default:
-        the datasets' rule, ``_storedataset.raise_agreed``: the first failed
-        rank's error, its class and message, on every rank).
+        (consecutive shares in rank order). An error on any rank is raised on
+        every rank (the datasets' rule, ``_storedataset.raise_agreed``: the
+        first failed rank's error, its class and message).
         """
         what = f"DistDataset {name!r}"
-        if raise_agreed is None:
-            raise_agreed = _raise_agreed
         err, mine = None, None
         try:
             missing = [i for i in range(start, stop) if i not in self._local]
@@ -224,7 +221,7 @@ class RaggedFields:
                 mine = json.dumps([self._specs[k].to_obj() for k in self._axes])
         except Exception as e:  # noqa: BLE001 - agreed below
             err = e
-        raise_agreed(comm, err, what)
+        _raise_agreed(comm, err, what)
         gathered = comm.allgather(mine)
         ref = next((x for x in gathered if x is not None), None)
         if ref is None:

@@ -3,8 +3,8 @@
 import numpy as np
 import torch
 
-from . import _loader_protocol as loader_protocol
 from . import _structure as st
+from ._loader_protocol import Columns, SampleBatch
 from ._errors import WindowRangeError
 
 
@@ -25,6 +25,9 @@ class WindowedDataset(torch.utils.data.Dataset):
     __getitems__ reads a whole batch of windows with one read_rows() (one
     get_batch() per field), so with method=0 the same collective rule applies
     as for ds. ws[i] uses non-collective get()s.
+
+    Implements ThreadDataLoader's contract (_loader_protocol.LoaderDataset)
+    for the dataset it reads: its ordered_reads() are ds's.
     """
 
     def __init__(self, ds, window, stride=1, dilation=1, starts=None, fields=None):
@@ -53,7 +56,8 @@ class WindowedDataset(torch.utils.data.Dataset):
             self.starts = None
             self._len = 0 if last < 0 else last // self.stride + 1
         self.fields = None if fields is None else list(fields)
-        self._keys = loader_protocol.stored_keys(ds, self.fields)
+        # ds's own check of a fields= selection (KeyError naming unknown ones).
+        self._keys = ds._keys(self.fields)
         self._offsets = np.arange(self.window, dtype=np.int64) * self.dilation
 
     def __len__(self):
@@ -85,7 +89,7 @@ class WindowedDataset(torch.utils.data.Dataset):
     def __getitem__(self, i):
         """Window i (not collective: one get() per run of consecutive rows per field)."""
         rows = self.rows_of(i)
-        vals = loader_protocol.read_rows_apart(self.ds, rows, self._keys)
+        vals = self.ds._read_rows_apart(rows, self._keys)
         return self._sample({k: v[None] for k, v in vals.items()}, 0)
 
     def __getitems__(self, indices):
@@ -97,16 +101,20 @@ class WindowedDataset(torch.utils.data.Dataset):
         vals = {k: v.reshape((b, self.window) + tuple(v.shape[1:])) for k, v in flat.items()}
         samples = [self._sample(vals, j) for j in range(b)]
         if any(self.ds.structure.by_key[k].record is not None for k in self._keys):
-            return loader_protocol.SampleBatch(samples, None, None)  # records: no tensor columns
+            return SampleBatch(samples)  # records: no tensor columns
         if self.fields is not None:
-            return loader_protocol.WindowBatch(samples,
-                                               {k: self._as_tensor(vals[k]) for k in self._keys})
-        return loader_protocol.SampleBatch(samples, self.ds.structure,
-                                           [self._as_tensor(vals[f.key]) for f in self.ds.structure.fields])
+            return SampleBatch(samples, Columns(None, {k: self._as_tensor(vals[k]) for k in self._keys}))
+        return SampleBatch(samples, Columns(self.ds.structure,
+                                            [self._as_tensor(vals[f.key]) for f in self.ds.structure.fields]))
 
-    def _pyddstore_ordered_reads(self):
-        """ThreadDataLoader hook (_loader_protocol): ds's collective-reads dataset, or None."""
-        return loader_protocol.own_ordered_reads(self.ds)
+    # ---- the loader contract (_loader_protocol.LoaderDataset) -----------------
+    def ordered_reads(self):
+        """ds's dataset whose batched reads are collective, or None (read_rows() reads ds)."""
+        return self.ds.ordered_reads()
+
+    def read_batch(self, indices, collate_fn, out=None):
+        """None: windows are read with __getitems__ (which hands over its columns)."""
+        return None
 
 
 def row_of(concat, source, index):

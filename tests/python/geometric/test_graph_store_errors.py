@@ -38,3 +38,21 @@ def test_freed(world):
             read()
         assert isinstance(ei.value, RuntimeError) and ei.value.code == DDS_ESTATE
 
+
+
+def test_batch_index_out_of_range(world):
+    """A bad graph index in a batch is the store's range check (pyddstore.DDStoreRangeError,
+    an IndexError) naming it; where the read is group-collective every rank of the group
+    raises it ("rank k: ..."), elsewhere the others complete their batch; nobody hangs."""
+    ds = DistDataset(Graphs(N), "geo_err_idx", comm=world)
+    try:
+        last = world.rank == world.size - 1
+        rows = [0, N + 2] if last else [0, 1]
+        if last or ds.ddstore.reads_collective:
+            with pytest.raises(IndexError, match=rf"row {N + 2} \(position 1\) is outside \[0, {N}\)"):
+                ds.__getitems__(rows)
+        else:
+            assert [float(d.y) for d in ds.__getitems__(rows)] == [0.0, 1.0]
+        assert [float(d.y) for d in ds.__getitems__([-1, 2])] == [N - 1.0, 2.0]  # still usable
+    finally:
+        ds.free()

@@ -32,7 +32,7 @@ def test_method1_parallel_reads(world, monkeypatch):
     src = Graphs(N, pair=True)
     ds = DistDataset(src, "geo_m1", comm=world, method=1)
     try:
-        assert ds._pyddstore_ordered_reads() is None
+        assert ds.ordered_reads() is None
         sampler = DistributedSampler(ds, num_replicas=world.size, rank=world.rank, seed=1)
         rows = list(sampler)
         with DataLoader(ds, batch_size=4, sampler=sampler, num_workers=3, follow_batch=["x_t"]) as dl:

@@ -55,9 +55,9 @@ def test_on_disk_dataset_with_no_workers(world):
 class _Recording(DistDataset):
     """A geometric DistDataset that records the threads its batches are read in."""
 
-    def _pyddstore_graph_columns(self, indices):
+    def read_batch(self, indices, collate_fn, out=None):
         self.threads.add(threading.get_ident())
-        return super()._pyddstore_graph_columns(indices)
+        return super().read_batch(indices, collate_fn, out=out)
 
 
 def test_no_workers_reads_in_the_calling_thread(world):

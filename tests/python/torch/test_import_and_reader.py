@@ -56,7 +56,7 @@ except TimeoutError as e:
 os.environ["DDSTORE_HANDSHAKE_TIMEOUT_S"] = "120"
 ds = DistDatasetReader("pub", handshake_dir=hs, n_core=n_core,
                        decode=lambda s, i: {**s, "index": i})
-out = {"timeout": timeout, "len": len(ds), "collective": ds._pyddstore_ordered_reads() is not None,
+out = {"timeout": timeout, "len": len(ds), "collective": ds.ordered_reads() is not None,
        "s7": {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in ds[7].items()}}
 with ThreadDataLoader(ds, batch_size=4, num_workers=3) as dl:  # parallel reads
     labels = torch.cat([b["label"] for b in dl]).tolist()
@@ -108,7 +108,7 @@ def test_fabric_methods_parallel_reads(world, method, monkeypatch):
     hs = world.bcast(tempfile.mkdtemp(prefix="ddsm-") if world.rank == 0 else None)
     ds = DistDataset(MapSource(N, make), f"m{method}", method=method, handshake_dir=hs)
     try:
-        assert ds.ddstore.method == method and ds._pyddstore_ordered_reads() is None
+        assert ds.ddstore.method == method and ds.ordered_reads() is None
         for i in (0, N - 1):
             assert ds[i]["label"] == i % 5
         sampler = DistributedSampler(ds, num_replicas=world.size, rank=world.rank, seed=4)

@@ -261,22 +261,51 @@ class RecordingDist(DistDataset):
         return super().__getitems__(indices, out=out)
 
 
-def test_method0_reads_in_one_thread_in_order(world):
+@pytest.fixture
+def collective_reads(monkeypatch):
+    """Method-0 stores made in the test read group-collectively also on one host
+    (DDSTORE_NODE_LOCAL=0: node peers are read through RMA), as across hosts."""
+    monkeypatch.setenv("DDSTORE_NODE_LOCAL", "0")
+
+
+def test_method0_reads_in_one_thread_in_order(world, collective_reads):
     ds = RecordingDist(MapSource(N, make), "ordered")
     ds.log = []
     try:
         assert ds.ddstore.method == 0
+        # the loader's rule is the store's (libddstore's dds_reads_collective): no other
+        assert (ds.ordered_reads() is ds) == ds.ddstore.reads_collective == (world.size > 1)
         sampler = DistributedSampler(ds, num_replicas=world.size, rank=world.rank, seed=1)
         with ThreadDataLoader(ds, batch_size=3, sampler=sampler, num_workers=3) as tdl:
             got = batches(tdl)
-        assert len({t for t, _ in ds.log}) == 1
-        assert [i for _, i in ds.log] == [list(b) for b in torch.utils.data.BatchSampler(sampler, 3, False)]
+        if ds.ddstore.reads_collective:
+            assert len({t for t, _ in ds.log}) == 1
+            assert [i for _, i in ds.log] == [list(b) for b in torch.utils.data.BatchSampler(sampler, 3, False)]
         assert_batches_equal(got, batches(DataLoader(ds, batch_size=3, sampler=sampler)))
     finally:
         ds.free()
 
 
-def test_method0_epoch_cut_short(world):
+def test_method0_node_local_reads_in_threads(world, monkeypatch):
+    """Where the group shares node memory (or has one rank) method-0 batched reads are
+    memory copies, not collective and thread-safe: the loader reads them in its threads."""
+    monkeypatch.setenv("DDSTORE_NODE_LOCAL", "1")
+    ds = RecordingDist(MapSource(N, make), "nodelocal")
+    ds.log = []
+    try:
+        assert ds.ddstore.method == 0
+        if ds.ddstore.reads_collective:
+            pytest.skip("the group spans hosts (or has no node shared memory): reads are collective")
+        assert ds.ordered_reads() is None
+        sampler = DistributedSampler(ds, num_replicas=world.size, rank=world.rank, seed=2)
+        with ThreadDataLoader(ds, batch_size=2, sampler=sampler, num_workers=3) as tdl:
+            got = batches(tdl)
+        assert_batches_equal(got, batches(DataLoader(ds, batch_size=2, sampler=sampler)))
+    finally:
+        ds.free()
+
+
+def test_method0_epoch_cut_short(world, collective_reads):
     """break out of an epoch with reads in flight (prefetch depth differs per rank), then go on."""
     ds = RecordingDist(MapSource(N * 3, make), "cut")
     ds.log = []
@@ -300,14 +329,14 @@ def test_method0_epoch_cut_short(world):
         ds.free()
 
 
-def test_method0_subset_reads_in_one_thread(world):
+def test_method0_subset_reads_in_one_thread(world, collective_reads):
     ds = RecordingDist(MapSource(N, make), "subset")
     ds.log = []
     try:
         sub = torch.utils.data.Subset(ds, list(range(3, N)))
         with ThreadDataLoader(sub, batch_size=4, num_workers=3) as tdl:
             got = batches(tdl)
-        assert len({t for t, _ in ds.log}) == 1
+        assert len({t for t, _ in ds.log}) == 1 or not ds.ddstore.reads_collective
         assert_batches_equal(got, batches(DataLoader(sub, batch_size=4)))
     finally:
         ds.free()
@@ -327,3 +356,32 @@ def test_subscriptable_like_dataloader(world):
     with ThreadDataLoader[dict](MapSource(N, make), batch_size=4, num_workers=2) as tdl:
         assert isinstance(tdl, ThreadDataLoader)
         assert_batches_equal(batches(tdl), batches(DataLoader(MapSource(N, make), batch_size=4)))
+
+
+def test_one_loader_contract(world):
+    """The loader asks pyddstore's datasets only through _loader_protocol.LoaderDataset
+    (ordered_reads, read_batch), found through Subsets; no _pyddstore_* hooks remain."""
+    from pyddstore.torch import WindowedDataset
+    from pyddstore.torch import _loader_protocol as lp
+
+    ds = DistDataset(MapSource(N, make), "contract")
+    try:
+        ws = WindowedDataset(ds, window=2)
+        sub = torch.utils.data.Subset(ds, [3, 1, 2])
+        for d in (ds, ws):
+            assert isinstance(d, lp.LoaderDataset)
+            assert not [a for a in dir(d) if a.startswith("_pyddstore")]
+        assert lp.find(sub) is ds and lp.rows_of(sub, ds, [0, 2]) == [3, 2]
+        assert lp.find(MapSource(N, make)) is None
+        assert ws.ordered_reads() is ds.ordered_reads()
+        assert (ds.ordered_reads() is ds) == ds.ddstore.reads_collective
+        # read_batch: Columns for torch's default collate only; None for any other collate_fn
+        cols = ds.read_batch(np.array([4, 0]), torch.utils.data.default_collate)
+        assert isinstance(cols, lp.Columns)
+        assert_same(lp.collated_columns(cols, copy=True),
+                    torch.utils.data.default_collate([make(4), make(0)]))
+        assert ds.read_batch([4, 0], lambda b: b) is None and ws.read_batch([0], None) is None
+        batch = ds.__getitems__([4, 0])
+        assert isinstance(batch, lp.SampleBatch) and isinstance(batch.columns, lp.Columns)
+    finally:
+        ds.free()

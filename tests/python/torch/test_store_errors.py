@@ -95,7 +95,10 @@ def test_read_out_of_range_stays_an_index_error(world):
     try:
         with pytest.raises(IndexError, match="out of range"):
             ds[N]
-        with pytest.raises(IndexError, match="out of range"):
+        # the store's check (libddstore's get_batch), naming the row and the range
+        with pytest.raises(IndexError, match=rf"row {N + 3} \(position 1\) is outside \[0, {N}\)"):
             ds.__getitems__(np.array([0, N + 3]))
+        with pytest.raises(IndexError, match=rf"row {-N - 2} \(position 0\) is outside"):
+            ds.__getitems__([-N - 2])  # below -len: named as given
     finally:
         ds.free()

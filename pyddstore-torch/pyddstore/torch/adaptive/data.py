@@ -510,99 +510,66 @@ def _gain(batch_size, init_batch_size):
     return float(fn.gain(batch_size))
 
 
+class _FromHelper:
+    """A member of AdaptiveDataLoaderMixin that is its helper's member of the same name
+    (``loader.x`` is ``loader._elastic.x``, a method then bound to the helper):
+    the one way the mixin exposes the helper, instead of a forwarding method each."""
+
+    def __init__(self, settable=False, doc=None):
+        self.settable = settable
+        self.__doc__ = doc
+
+    def __set_name__(self, owner, name):
+        self.name = name
+        if self.__doc__ is None:
+            kind = "meth" if callable(getattr(AdaptiveDataLoaderHelper, name, None)) else "attr"
+            self.__doc__ = f"See :{kind}:`AdaptiveDataLoaderHelper.{name}`."
+
+    def __get__(self, loader, owner=None):
+        if loader is None:
+            return self
+        return getattr(loader._elastic, self.name)
+
+    def __set__(self, loader, value):
+        if not self.settable:
+            raise AttributeError(f"{self.name} cannot be set (it is the helper's: see "
+                                 f"AdaptiveDataLoaderHelper.{self.name})")
+        setattr(loader._elastic, self.name, value)
+
+
 class AdaptiveDataLoaderMixin:
-    """Adaptive batch sizes for a custom loader (AdaptDL's class): ``self._elastic`` is its helper."""
+    """Adaptive batch sizes for a custom loader (AdaptDL's class): ``self._elastic`` is its helper.
+
+    Its public members are the helper's (:class:`AdaptiveDataLoaderHelper`), read
+    through: AdaptDL's (``autoscale_batch_size``, ``current_local_bsz``,
+    ``accumulation_steps``, ``current_batch_size``, ``training``,
+    ``to_tensorboard``) and those the training loop uses (``is_optim_step``,
+    ``current_index``, ``trajectory``, ...). ``end_index`` may be set: it is free
+    for the script's use, saved and restored with the state (AdaptDL's name).
+    """
 
     def __init__(self, batch_size, *, num_replicas=None):
         self._elastic = AdaptiveDataLoaderHelper(batch_size, num_replicas=num_replicas)
 
-    def autoscale_batch_size(self, max_batch_size, local_bsz_bounds=None,
-                             gradient_accumulation=False, **kwargs):
-        """See :meth:`AdaptiveDataLoaderHelper.autoscale_batch_size`."""
-        self._elastic.autoscale_batch_size(max_batch_size, local_bsz_bounds,
-                                           gradient_accumulation, **kwargs)
-
-    @property
-    def current_local_bsz(self):
-        """See :attr:`AdaptiveDataLoaderHelper.current_local_bsz`."""
-        return self._elastic.current_local_bsz
-
-    @property
-    def accumulation_steps(self):
-        """See :attr:`AdaptiveDataLoaderHelper.accumulation_steps`."""
-        return self._elastic.accumulation_steps
-
-    @property
-    def current_batch_size(self):
-        """See :attr:`AdaptiveDataLoaderHelper.current_batch_size`."""
-        return self._elastic.current_batch_size
-
-    @property
-    def current_index(self):
-        """See :attr:`AdaptiveDataLoaderHelper.current_index`."""
-        return self._elastic.current_index
-
-    @property
-    def end_index(self):
-        """Free for the script's use; saved and restored with the state (AdaptDL's name)."""
-        return self._elastic.end_index
-
-    @end_index.setter
-    def end_index(self, value):
-        self._elastic.end_index = value
-
-    @property
-    def local_bsz_bounds(self):
-        """See :attr:`AdaptiveDataLoaderHelper.local_bsz_bounds`."""
-        return self._elastic.local_bsz_bounds
-
-    @property
-    def max_batch_size(self):
-        """See :attr:`AdaptiveDataLoaderHelper.max_batch_size`."""
-        return self._elastic.max_batch_size
-
-    @property
-    def training(self):
-        """See :attr:`AdaptiveDataLoaderHelper.training`."""
-        return self._elastic.training
-
-    def train(self):
-        """See :meth:`AdaptiveDataLoaderHelper.train`."""
-        self._elastic.train()
-
-    def is_accum_step(self):
-        """See :meth:`AdaptiveDataLoaderHelper.is_accum_step`."""
-        return self._elastic.is_accum_step()
-
-    def is_optim_step(self):
-        """See :meth:`AdaptiveDataLoaderHelper.is_optim_step`."""
-        return self._elastic.is_optim_step()
-
-    def context(self):
-        """See :meth:`AdaptiveDataLoaderHelper.context`."""
-        return self._elastic.context()
-
-    def profile(self, commit):
-        """See :meth:`AdaptiveDataLoaderHelper.profile`."""
-        return self._elastic.profile(commit)
-
-    def skipdone(self):
-        """See :meth:`AdaptiveDataLoaderHelper.skipdone`."""
-        return self._elastic.skipdone()
-
-    def to_tensorboard(self, writer, global_step, tag_prefix=""):
-        """See :meth:`AdaptiveDataLoaderHelper.to_tensorboard`."""
-        self._elastic.to_tensorboard(writer, global_step, tag_prefix)
-
-    @property
-    def throughput_profile(self):
-        """See :attr:`AdaptiveDataLoaderHelper.throughput_profile`."""
-        return self._elastic.throughput_profile
-
-    @property
-    def trajectory(self):
-        """See :attr:`AdaptiveDataLoaderHelper.trajectory`."""
-        return self._elastic.trajectory
+    autoscale_batch_size = _FromHelper()
+    current_local_bsz = _FromHelper()
+    accumulation_steps = _FromHelper()
+    current_batch_size = _FromHelper()
+    current_index = _FromHelper()
+    end_index = _FromHelper(settable=True, doc="Free for the script's use; saved and restored "
+                                           "with the state (AdaptDL's name).")
+    local_bsz_bounds = _FromHelper()
+    max_batch_size = _FromHelper()
+    training = _FromHelper()
+    train = _FromHelper()
+    is_accum_step = _FromHelper()
+    is_optim_step = _FromHelper()
+    context = _FromHelper()
+    profile = _FromHelper()
+    skipdone = _FromHelper()
+    to_tensorboard = _FromHelper()
+    throughput_profile = _FromHelper()
+    trajectory = _FromHelper()
 
 
 class AdaptiveDataLoader(ThreadDataLoader, AdaptiveDataLoaderMixin):

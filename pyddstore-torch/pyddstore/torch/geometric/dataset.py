@@ -10,7 +10,6 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from .. import _dtypes, _progress
-from .. import _loader_protocol as loader_protocol
 from .._logging import logger
 from .._storedataset import LoadPlan, StoreDataset, agreed_length, as_comm, check_chunk_size, raise_agreed
 from .layout import (GRAPH_SUFFIX, META_SUFFIX, _COL_EDGES, _COL_GROUPS, _COL_NODES, _FLOAT, _INT64_SCALAR,
@@ -157,6 +156,29 @@ class _Columns:
         return out
 
 
+class Collater:
+    """collate_fn of :class:`~pyddstore.torch.geometric.DataLoader`: Batch from store
+    columns, or from a list of Data.
+
+    A graph dataset of this module (or a Subset of one) hands ThreadDataLoader
+    its batches as store columns for it (their read_batch()); other datasets'
+    samples go to torch_geometric's own collate (``Batch.from_data_list`` for Data).
+    """
+
+    def __init__(self, dataset, follow_batch=None, exclude_keys=None):
+        from torch_geometric.loader.dataloader import Collater as PygCollater
+
+        self.follow_batch = tuple(follow_batch or ())
+        self.exclude_keys = tuple(exclude_keys or ())
+        self._pyg = PygCollater(dataset, follow_batch, exclude_keys)
+
+    def __call__(self, batch):
+        """The Batch of `batch` (store columns, or a list of samples)."""
+        if isinstance(batch, _Columns):
+            return batch.batch(self.follow_batch, self.exclude_keys)
+        return self._pyg(batch)
+
+
 @dataclasses.dataclass(frozen=True)
 class _GraphLoadPlan(LoadPlan):
     """The graph DistDataset's LoadPlan: also the attributes left out and the dtype conversions."""
@@ -166,10 +188,10 @@ class _GraphLoadPlan(LoadPlan):
 
 
 class _GraphDataset(StoreDataset):
-    """Reading side shared by DistDataset and DistDatasetReader."""
+    """What the graph DistDataset and DistDatasetReader add to StoreDataset:
+    graphs as stored columns (meta rows and one array per attribute)."""
 
     _layout = None
-    _collective = False
     _sizes = None
 
     @property
@@ -246,14 +268,9 @@ class _GraphDataset(StoreDataset):
     def _read_batch(self, indices):
         """The graphs `indices` as _Columns (batched reads: collective with method 0)."""
         self._check_open()
-        rows, bad = self._rows(indices)
-        if bad is not None:
-            if self._collective:
-                # The other ranks are in this read too: take part with no rows, then fail here.
-                self._read(np.empty(0, np.int64), True)
-            raise IndexError(f"graph index {bad} out of range for dataset {self._name!r} of "
-                             f"{self._len} graphs")
-        return self._read(rows, True)
+        # A bad index is the store's error (pyddstore.DDStoreRangeError, an IndexError), on
+        # every rank of the group where the read is group-collective.
+        return self._read(self._rows(indices), True)
 
     def __getitem__(self, index):
         """Graph `index` as a Data equal to the source's (not collective)."""
@@ -282,12 +299,12 @@ class _GraphDataset(StoreDataset):
             self._sizes = torch.from_numpy(sizes)
         return self._sizes
 
-    def _pyddstore_ordered_reads(self):
-        """ThreadDataLoader hook (_loader_protocol): self when reads are collective (method 0)."""
-        return self if self._collective else None
-
-    def _pyddstore_graph_columns(self, indices):
-        """Collater's hook (_loader_protocol): the batch's store columns (_read_batch)."""
+    def read_batch(self, indices, collate_fn, out=None):
+        """The loader contract (_loader_protocol.LoaderDataset): for this module's
+        Collater, the batch as store columns it builds the Batch from (batched
+        reads: collective where the store's reads are); None for any other collate_fn."""
+        if not isinstance(collate_fn, Collater):
+            return None
         return self._read_batch(indices)
 
     # -- lifetime ---------------------------------------------------------------
@@ -366,15 +383,12 @@ class DistDataset(_GraphDataset):
             plan = _GraphLoadPlan(source, encode=encode, chunk_size=chunk_size, what=what,
                                   progress=progress, exclude=exclude, conversions=conversions)
             self._load(store, comm, plan)
-            self._collective = loader_protocol.reads_in_order(store)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("%s: loaded %d graphs in %.3f s", what, n_total, time.perf_counter() - t0)
         except BaseException:
             store.free()
             raise
         self._store = store
-        # ThreadDataLoader's handshake: the iterator whose collective reads are in flight.
-        loader_protocol.init_ordered_owner(self)
 
     @staticmethod
     def _scan(plan, a, b, graphs, bar):
@@ -599,7 +613,6 @@ class DistDatasetReader(_GraphDataset):
 
         self._store = None
         self._name = name
-        loader_protocol.init_ordered_owner(self)
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be the core group's dataset name, got {name!r}")
         if data_cls is not None and not (isinstance(data_cls, type) and issubclass(data_cls, Data)):

@@ -1,55 +1,9 @@
 """The graph DataLoader and its Collater."""
 
-import torch
-
-from .. import _loader_protocol as loader_protocol
 from ..loader import ThreadDataLoader
-from .dataset import _Columns, _GraphDataset
+from .dataset import Collater
 
-
-# ------------------------------------------------------------------ loading
-
-def _target(dataset, indices):
-    """(graph dataset, rows) under `dataset` (through Subsets), or (None, None)."""
-    for _ in range(16):
-        if isinstance(dataset, _GraphDataset):
-            return dataset, indices
-        if isinstance(dataset, torch.utils.data.Subset):
-            indices = [dataset.indices[i] for i in indices]
-            dataset = dataset.dataset
-            continue
-        break
-    return None, None
-
-
-class Collater:
-    """collate_fn of :class:`DataLoader`: Batch from store columns, or from a list of Data.
-
-    ThreadDataLoader asks it to read a batch of a geometric DistDataset itself
-    (``_pyddstore_read``); other datasets' samples go to torch_geometric's own
-    collate (``Batch.from_data_list`` for Data).
-    """
-
-    def __init__(self, dataset, follow_batch=None, exclude_keys=None):
-        from torch_geometric.loader.dataloader import Collater as PygCollater
-
-        self.follow_batch = tuple(follow_batch or ())
-        self.exclude_keys = tuple(exclude_keys or ())
-        self._pyg = PygCollater(dataset, follow_batch, exclude_keys)
-
-    def _pyddstore_read(self, dataset, indices):
-        """ThreadDataLoader hook (_loader_protocol): the batch's store columns when
-        `dataset` is (a Subset of) a geometric DistDataset, else None."""
-        target, rows = _target(dataset, indices)
-        if target is None:
-            return None
-        return loader_protocol.read_graph_columns(target, rows)
-
-    def __call__(self, batch):
-        """The Batch of `batch` (store columns, or a list of samples)."""
-        if isinstance(batch, _Columns):
-            return batch.batch(self.follow_batch, self.exclude_keys)
-        return self._pyg(batch)
+__all__ = ["Collater", "DataLoader"]
 
 
 class DataLoader(ThreadDataLoader):

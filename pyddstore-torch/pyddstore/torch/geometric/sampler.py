@@ -2,7 +2,8 @@
 
 import torch
 
-from .loader import _target
+from .. import _loader_protocol as loader_protocol
+from .dataset import _GraphDataset
 
 
 # ------------------------------------------------------------------ cost-aware batches
@@ -51,11 +52,12 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
                 raise ValueError(f"{what} must be a positive int, got {v!r}")
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle must be a bool, got {shuffle!r}")
-        target, rows = _target(dataset, list(range(len(dataset))))
-        if target is None:
+        target = loader_protocol.find(dataset)
+        if not isinstance(target, _GraphDataset):
             raise TypeError("BudgetBatchSampler reads the graph sizes from the store: pass a "
                             f"pyddstore.torch.geometric dataset (or a Subset of one), not "
                             f"{type(dataset).__name__}")
+        rows = loader_protocol.rows_of(dataset, target, list(range(len(dataset))))
         sizes = target.graph_sizes()[torch.as_tensor(rows, dtype=torch.int64)]
         if num_replicas is None or rank is None:
             dn, dr = default_replicas(target)
