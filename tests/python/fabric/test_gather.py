@@ -11,7 +11,9 @@ import pytest
 import pyddstore
 from pyddstore import PyDDStore
 
-from fabric_helpers import PROVIDER, environ, local_values, offsets, read_in_threads, shared_tmpdir, values
+from fabric_helpers import (PROVIDER, add_rows, environ, local_values, offsets, read_in_threads, shared_tmpdir,
+                            values)
+from suite_helpers import remote_owners
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
 
@@ -22,9 +24,14 @@ def make_store(comm, method=1, gather=None, hs=None):
         return PyDDStore(comm, method, fabric=PROVIDER, **kw)
 
 
-def remote_owners(rows, off, rank):
-    owners = np.searchsorted(off, rows, side="right") - 1
-    return len(set(owners.tolist()) - {rank})
+def counted_batch(s, name, rows, shape, dtype, salt):
+    """get_batch of `rows` of `name`, checked bit-exact; returns how many
+    gather requests it sent."""
+    out = np.zeros((len(rows),) + shape, dtype=dtype)
+    before = s.stats()["gather_requests"]
+    s.get_batch(name, out, rows)
+    assert out.tobytes() == values(rows, shape, dtype, salt).tobytes()
+    return s.stats()["gather_requests"] - before
 
 
 def test_read_protocol_is_gather_on_software_rma(comm):
@@ -42,21 +49,16 @@ def test_read_protocol_is_gather_on_software_rma(comm):
 def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape, dtype):
     s = make_store(comm, gather="always")  # rows of 32 KiB and more: auto reads them one-sided
     try:
-        s.add("g", local_values(rank, size, shape, dtype, 7))
+        want = add_rows(s, rank, size, "g", shape, dtype, 7)
         off = offsets(size)
-        total = int(off[-1])
-        want = values(np.arange(total), shape, dtype, 7)
+        total = len(want)
         rng = np.random.default_rng(rank + 100)
         big = np.dtype(dtype).itemsize * int(np.prod(shape)) > 10000
         for k in ((1, 7, 40) if big else (1, 7, 64, 300)):
             rows = rng.integers(0, total, size=k)
             rows[:k // 2] = rows[k // 2:2 * (k // 2)]  # repeats
-            out = np.zeros((k,) + shape, dtype=dtype)
-            before = s.stats()["gather_requests"]
-            s.get_batch("g", out, rows)
-            assert out.tobytes() == want[rows].tobytes()
-            n = s.stats()["gather_requests"] - before
-            assert n == remote_owners(rows, off, rank), (n, k)
+            n = counted_batch(s, "g", rows, shape, dtype, 7)
+            assert n == remote_owners(off, rows, {rank}), (n, k)
         # Contiguous reads spanning every shard.
         outc = np.zeros((total,) + shape, dtype=dtype)
         s.get("g", outc, 0)
@@ -105,12 +107,8 @@ def test_auto_reads_large_rows_one_sided(comm, rank, size):
         total = int(off[-1])
         rows = np.random.default_rng(rank + 7).integers(0, total, size=9)
         for name, width, salt, gathered in (("small", 32767, 12, True), ("large", 32768, 13, False)):
-            out = np.zeros((9, width), dtype=np.uint8)
-            before = s.stats()["gather_requests"]
-            s.get_batch(name, out, rows)
-            assert out.tobytes() == values(rows, (width,), "uint8", salt).tobytes()
-            n = s.stats()["gather_requests"] - before
-            assert n == (remote_owners(rows, off, rank) if gathered else 0), (name, n)
+            n = counted_batch(s, name, rows, (width,), "uint8", salt)
+            assert n == (remote_owners(off, rows, {rank}) if gathered else 0), (name, n)
         comm.Barrier()
     finally:
         s.free()
@@ -135,9 +133,7 @@ def test_gather_never_sends_no_request(comm, rank, size):
 def test_four_threads_gather_concurrently(comm, rank, size):
     s = make_store(comm)
     try:
-        s.add("t", local_values(rank, size, (17,), "float64", 11))
-        total = int(offsets(size)[-1])
-        want = values(np.arange(total), (17,), "float64", 11)
+        want = add_rows(s, rank, size, "t", (17,), "float64", 11)
         read_in_threads(s, "t", want, [rank * 10 + i for i in range(4)], batches=60, most_rows=199)
         comm.Barrier()
     finally:
@@ -165,7 +161,7 @@ def test_method2_reader_gets_replies(comm, rank, size):
                 if PROVIDER == "tcp":
                     assert r.info()["read_protocol"].startswith("owner-side gather")
                     # A reader owns no rows: every owner is remote.
-                    assert r.stats()["gather_requests"] == remote_owners(rows, off, -1)
+                    assert r.stats()["gather_requests"] == remote_owners(off, rows, set())
             finally:
                 r.free()
         comm.Barrier()
