@@ -22,9 +22,31 @@ from mpi4py import MPI  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+# environ(): shared with the test suites (tests/python/suite_helpers.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+from suite_helpers import environ  # noqa: E402
+
 COMM = MPI.COMM_WORLD
 RANK = COMM.Get_rank()
 SIZE = COMM.Get_size()
+
+
+def open_store(method, env, fabric=None, handshake_dir=None):
+    """A store for one configuration, created with the environment `env` set
+    (libddstore reads its settings at creation), or (None, the reason why
+    not): the same outcome on every rank."""
+    from pyddstore import DDStoreError, DDStoreNotSupportedError, PyDDStore
+
+    kw = {"fabric": fabric} if fabric else {}
+    if method == 2:
+        kw["handshake_dir"] = handshake_dir
+    with environ(**env):
+        try:
+            return PyDDStore(COMM, method=method, **kw), None
+        except DDStoreNotSupportedError as e:
+            return None, f"not supported: {e}"
+        except DDStoreError as e:
+            return None, f"error: {type(e).__name__}: {e}"
 
 
 def parse_args(doc, extra=None):

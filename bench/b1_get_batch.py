@@ -19,7 +19,6 @@ import _common as C
 from _common import COMM, RANK, SIZE, np
 
 import pyddstore
-from pyddstore import DDStoreError, DDStoreNotSupportedError, PyDDStore
 
 
 def extra(p):
@@ -43,24 +42,6 @@ METHODS = {
 def make_shard(rank, rows, row_bytes):
     """Rank `rank`'s rows: deterministic, so every rank can rebuild the whole dataset."""
     return np.random.default_rng(1000 + rank).integers(0, 256, size=(rows, row_bytes), dtype=np.uint8)
-
-
-def open_store(method, fabric, node_local, hs_dir):
-    """A store for one configuration, or the reason why not (same outcome on every rank)."""
-    os.environ["DDSTORE_NODE_LOCAL"] = node_local
-    try:
-        kw = {}
-        if fabric is not None:
-            kw["fabric"] = fabric
-        if method == 2:
-            kw["handshake_dir"] = hs_dir
-        return PyDDStore(COMM, method=method, **kw), None
-    except DDStoreNotSupportedError as e:
-        return None, f"not supported: {e}"
-    except DDStoreError as e:
-        return None, f"error: {type(e).__name__}: {e}"
-    finally:
-        os.environ.pop("DDSTORE_NODE_LOCAL", None)
 
 
 def bench_one(store, label, rb, rows_per_rank, k, repeats, target_s):
@@ -154,7 +135,7 @@ def main():
     results, notes = [], []
     for label in args.methods:
         method, fabric, node_local = METHODS[label]
-        store, why = open_store(method, fabric, node_local, os.path.join(hs_root, label))
+        store, why = C.open_store(method, {"DDSTORE_NODE_LOCAL": node_local}, fabric, os.path.join(hs_root, label))
         if store is None:
             notes.append(f"B1 {label}: skipped ({why.splitlines()[0][:300]})")
             C.log(notes[-1])

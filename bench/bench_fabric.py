@@ -20,7 +20,6 @@ import threading
 import _common as C
 from _common import COMM, RANK, SIZE, np
 
-from pyddstore import DDStoreError, PyDDStore
 
 CONFIGS = {
     # label: (method, fabric)
@@ -45,23 +44,7 @@ def open_store(method, fabric, hs_root, label, serialize=None):
     env = {"DDSTORE_NODE_LOCAL": "0"}
     if serialize is not None:
         env["DDSTORE_FABRIC_SERIALIZE"] = "1" if serialize else "0"
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        kw = {}
-        if fabric:
-            kw["fabric"] = fabric
-        if method == 2:
-            kw["handshake_dir"] = os.path.join(hs_root, label)
-        return PyDDStore(COMM, method, **kw), None
-    except DDStoreError as e:
-        return None, f"{type(e).__name__}: {e}"
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return C.open_store(method, env, fabric, os.path.join(hs_root, label))
 
 
 def shard(rank, rows, rb):
