@@ -10,6 +10,8 @@
 #                                          function that times its own commands
 #   suite_fail <label>                     count a failure found some other way
 #   suite_end                              the summary; exit 1 when anything failed
+#   suite_build_arg <script> "$@"          $build: the script's one argument, a meson
+#                                          build directory, as an absolute path
 #
 # $py: the Python to run ($PYTHON, else the checkout's .venv, else python).
 # suite_budget (seconds, unset: none): once the script has run that long,
@@ -22,6 +24,15 @@ if [ -z "${py:-}" ]; then
   [ -z "${PYTHON:-}" ] && [ -x "$(dirname "${BASH_SOURCE[0]}")/../.venv/bin/python" ] \
     && py="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin/python"
 fi
+
+suite_build_arg() { # suite_build_arg <script> "$@": sets $build, or prints the usage and exits 2
+  local script=$1; shift
+  if [ $# -ne 1 ] || [ ! -d "$1" ]; then
+    echo "usage: bash $script <meson builddir with libddstore built>" >&2
+    exit 2
+  fi
+  build="$(cd "$1" && pwd)"
+}
 
 suite_begin() { # suite_begin <name>
   suite_name=$1

@@ -33,11 +33,8 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-if [ $# -ne 1 ] || [ ! -d "$1" ]; then
-  echo "usage: bash tests/c/reliability.sh <meson builddir with libddstore built>" >&2
-  exit 2
-fi
-build="$(cd "$1" && pwd)"
+source ci/suite.sh
+suite_build_arg tests/c/reliability.sh "$@"
 scratch="${build}-reliability"
 asan="${build}-asan"
 fuzzb="${build}-fuzz"
@@ -46,7 +43,6 @@ opts=$(python3 ci/manifest.py --build asan) && mapfile -t asan_opts <<<"$opts" \
   && opts=$(python3 ci/manifest.py --build fuzz) && mapfile -t fuzz_opts <<<"$opts" \
   || { echo "reliability.sh: no asan/fuzz build options in tests/manifest.toml" >&2; exit 2; }
 mkdir -p "$scratch"
-source ci/suite.sh
 long=${DDS_EXTRA_LONG:-0}
 fuzz_hs=${FUZZ_SECONDS:-30}
 fuzz_name=10

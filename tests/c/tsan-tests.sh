@@ -18,13 +18,9 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-if [ $# -ne 1 ] || [ ! -d "$1" ]; then
-  echo "usage: bash tests/c/tsan-tests.sh <meson builddir with libddstore built>" >&2
-  exit 2
-fi
-build="$(cd "$1" && pwd)"
-tsan="${build}-tsan"
 source ci/suite.sh
+suite_build_arg tests/c/tsan-tests.sh "$@"
+tsan="${build}-tsan"
 if ! grep -q libfabric <<<"$(ldd "$build/subprojects/libddstore/libddstore.so")"; then
   echo "tsan-tests: libddstore built without libfabric; nothing concurrent to check"
   exit 0
