@@ -186,6 +186,29 @@ def interleaved(fns, repeats, target_s, comm=None):
                 "n": ns[k]} for k, v in times.items()}
 
 
+def timed_epochs(fns, repeats, counts, after_repeat=None, comm=COMM):
+    """The loader benchmarks' epochs: a warm-up epoch of each f(epoch) ->
+    samples in dict `fns`, then `repeats` rounds with the variants
+    interleaved, each epoch after a barrier and checked to yield counts[name]
+    samples; after_repeat() runs after each round. Returns ({name: [wall s]},
+    {name: [CPU s]})."""
+    times = {k: [] for k in fns}
+    cpus = {k: [] for k in fns}
+    for f in fns.values():
+        f(0)
+    for r in range(repeats):
+        for k, f in fns.items():
+            comm.Barrier()
+            c0, t0 = cpu_now(), now()
+            got = f(r + 1)
+            times[k].append(now() - t0)
+            cpus[k].append(cpu_now() - c0)
+            assert got == counts[k], (k, got, counts[k])
+        if after_repeat is not None:
+            after_repeat()
+    return times, cpus
+
+
 def gather_stat(comm, value):
     """Per-rank values gathered on every rank, with their median/min/max."""
     vals = comm.allgather(value)
@@ -221,9 +244,12 @@ def reset_peak_rss():
 
 
 def write_result(path, bench, machine, results, notes=(), comm=COMM):
-    """Rank 0 writes {bench, machine, results, notes, loadavg_end} as JSON."""
+    """Rank 0 writes {bench, machine, results, notes, loadavg_end} as JSON; a
+    note says so when the ranks outnumber the cores (oversubscribed)."""
     if comm.Get_rank() != 0:
         return
+    if comm.Get_size() > cores():
+        notes = [*notes, f"{bench}: {comm.Get_size()} ranks on {cores()} cores: oversubscribed"]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     doc = {"bench": bench, "machine": machine, "results": results, "notes": list(notes),
            "loadavg_end": list(os.getloadavg())}

@@ -178,8 +178,6 @@ def main():
     for chunk in (None, 4096):
         results.append(rss_build(args, chunk))
     results += time_build(args, repeats)
-    if RANK == 0 and SIZE > C.cores():
-        notes.append(f"B3: {SIZE} ranks on {C.cores()} cores: oversubscribed")
     C.write_result(args.out, "B3", machine, results, notes)
 
 

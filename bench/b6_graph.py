@@ -135,20 +135,8 @@ def main():
            "store": lambda e: (sampler.set_epoch(e), epoch_of(loader))[1],
            "per_sample": per_epoch}
     counts = {"pyg": n_local, "store": n_local, "per_sample": per_n}
-    times = {k: [] for k in fns}
-    cpus = {k: [] for k in fns}
     load = [os.getloadavg()[0]]
-    for k, f in fns.items():  # warm-up epoch each
-        f(0)
-    for r in range(repeats):
-        for k, f in fns.items():
-            COMM.Barrier()
-            c0, t0 = C.cpu_now(), C.now()
-            got = f(r + 1)
-            times[k].append(C.now() - t0)
-            cpus[k].append(C.cpu_now() - c0)
-            assert got == counts[k], (k, got, counts[k])
-        load.append(os.getloadavg()[0])
+    times, cpus = C.timed_epochs(fns, repeats, counts, after_repeat=lambda: load.append(os.getloadavg()[0]))
     rate = {k: counts[k] / float(np.median(times[k])) for k in fns}
     rate_cpu = {k: counts[k] / float(np.median(cpus[k])) for k in fns}
     results = []
@@ -169,8 +157,6 @@ def main():
     notes = [f"B6: store loader num_workers={args.workers} (threads); torch_geometric DataLoader "
              "num_workers=0 over the in-memory list; torch.set_num_threads(1); load average "
              f"{min(load):.1f}-{max(load):.1f} during the epochs (the machine is shared)"]
-    if SIZE > C.cores():
-        notes.append(f"B6: {SIZE} ranks on {C.cores()} cores: oversubscribed")
     loader.close()
     per.store.free()
     ds.free()

@@ -372,10 +372,7 @@ def main():
         results = part_build(args)
     else:
         results = part_reopen(args)
-    notes = []
-    if RANK == 0 and SIZE > C.cores():
-        notes.append(f"B8 {args.part}: {SIZE} ranks on {C.cores()} cores: oversubscribed")
-    C.write_result(args.out, f"B8 {args.part}", machine, results, notes)
+    C.write_result(args.out, f"B8 {args.part}", machine, results)
 
 
 if __name__ == "__main__":
