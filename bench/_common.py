@@ -209,6 +209,24 @@ def timed_epochs(fns, repeats, counts, after_repeat=None, comm=COMM):
     return times, cpus
 
 
+def require_everywhere(ok, message, comm=COMM):
+    """Stop every rank with `message` (SystemExit) unless `ok` holds on every rank."""
+    if not comm.allreduce(bool(ok), op=MPI.LAND):
+        raise SystemExit(message)
+
+
+def cycler(n):
+    """A function returning 0, 1, ..., n - 1, 0, 1, ... on successive calls:
+    which of n prepared index sets a timed call uses next."""
+    it = {"i": 0}
+
+    def nxt():
+        i = it["i"]
+        it["i"] = (i + 1) % n
+        return i
+    return nxt
+
+
 def gather_stat(comm, value):
     """Per-rank values gathered on every rank, with their median/min/max."""
     vals = comm.allgather(value)

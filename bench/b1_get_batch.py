@@ -61,22 +61,14 @@ def bench_one(store, label, rb, rows_per_rank, k, repeats, target_s):
         np.take(full, idx, axis=0, out=out_np)
         store.get_batch(name, out_st, idx)
         ok &= bool(np.array_equal(out_np, out_st))
-    ok = COMM.allreduce(ok, op=C.MPI.LAND)
-    if not ok:
-        raise SystemExit(f"B1 {label} {rb} B: get_batch returned wrong rows")
-
-    it = {"i": 0}
-
-    def nxt():
-        i = it["i"]
-        it["i"] = (i + 1) % n_sets
-        return idx_sets[i]
+    C.require_everywhere(ok, f"B1 {label} {rb} B: get_batch returned wrong rows")
+    nxt = C.cycler(n_sets)
 
     def base():
-        np.take(full, nxt(), axis=0, out=out_np)
+        np.take(full, idx_sets[nxt()], axis=0, out=out_np)
 
     def via_py():
-        store.get_batch(name, out_st, nxt())
+        store.get_batch(name, out_st, idx_sets[nxt()])
 
     # The same call with every argument converted beforehand: the library's own cost
     # plus one ctypes call. (Private attributes of the binding: a measuring probe only.)
@@ -87,14 +79,12 @@ def bench_one(store, label, rb, rows_per_rank, k, repeats, target_s):
     addrs = [i.ctypes.data for i in idx_sets]
 
     def via_c():
-        i = it["i"]
-        it["i"] = (i + 1) % n_sets
-        rc = lib.dds_get_batch(ptr, bname, out_addr, addrs[i], k)
+        rc = lib.dds_get_batch(ptr, bname, out_addr, addrs[nxt()], k)
         if rc:
             raise RuntimeError(pyddstore._lib.last_error(rc))
 
     def base_clip():
-        np.take(full, nxt(), axis=0, out=out_np, mode="clip")
+        np.take(full, idx_sets[nxt()], axis=0, out=out_np, mode="clip")
 
     # Collective variants (method 0) need the same call count on every rank: all loops run
     # over COMM with a barrier before each, which also makes oversubscribed ranks contend

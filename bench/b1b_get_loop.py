@@ -58,16 +58,8 @@ def bench_one(store, rb, rows_per_rank, k, repeats, target_s):
             store.get(name, one, i)
             got[j] = one[0]
         ok &= bool(np.array_equal(got, full[rows]))
-    ok = COMM.allreduce(ok, op=C.MPI.LAND)
-    if not ok:
-        raise SystemExit(f"B1b {rb} B: get() returned wrong rows")
-
-    it = {"i": 0}
-
-    def nxt():
-        i = it["i"]
-        it["i"] = (i + 1) % n_sets
-        return i
+    C.require_everywhere(ok, f"B1b {rb} B: get() returned wrong rows")
+    nxt = C.cycler(n_sets)
 
     get = store.get
 

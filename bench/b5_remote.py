@@ -173,8 +173,7 @@ def run_get(args, link, hs_root):
                 out[:] = 0
                 st.get_batch(name, out, sets[0])
                 ok &= bool(np.array_equal(out, want))
-            if not COMM.allreduce(ok, op=C.MPI.LAND):
-                raise SystemExit(f"B5 {rb} B: get_batch returned wrong rows")
+            C.require_everywhere(ok, f"B5 {rb} B: get_batch returned wrong rows")
             del shards
             it = {"i": 0}
 
@@ -266,8 +265,7 @@ def run_loader(args, hs_root):
             idx = want[pos:pos + y.shape[0]]
             pos += y.shape[0]
             ok &= bool(np.array_equal(x.numpy(), xa[idx]) and np.array_equal(y.numpy(), ya[idx]))
-        if not COMM.allreduce(ok, op=C.MPI.LAND):
-            raise SystemExit(f"B5 loader {label}: wrong samples")
+        C.require_everywhere(ok, f"B5 loader {label}: wrong samples")
         times, cpus = [], []
         for r in range(repeats):
             sampler.set_epoch(r)

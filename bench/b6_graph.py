@@ -120,8 +120,7 @@ def main():
     ok = all(same(a, b) for a, b in zip(loader, pyg))
     idx = list(sampler)[:BATCH]
     ok &= same(Batch.from_data_list([per.get(i) for i in idx]), Batch.from_data_list([graphs[i] for i in idx]))
-    if not COMM.allreduce(ok, op=C.MPI.LAND):
-        raise SystemExit("B6: the store's batches differ from torch_geometric's")
+    C.require_everywhere(ok, "B6: the store's batches differ from torch_geometric's")
     per_n = max(BATCH, n_local // 4)   # the per-sample path is slow: a quarter epoch
 
     def epoch_of(it):
