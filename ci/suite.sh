@@ -19,10 +19,9 @@
 # left of the budget plus 50 s, so that a loaded machine skips the last
 # steps instead of the caller's timeout killing the whole script.
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-if [ -z "${py:-}" ]; then
-  py=${PYTHON:-python}
-  [ -z "${PYTHON:-}" ] && [ -x "$(dirname "${BASH_SOURCE[0]}")/../.venv/bin/python" ] \
-    && py="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin/python"
+py=${PYTHON:-python}
+if [ -z "${PYTHON:-}" ] && [ -x "$(dirname "${BASH_SOURCE[0]}")/../.venv/bin/python" ]; then
+  py="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin/python"
 fi
 
 suite_build_arg() { # suite_build_arg <script> "$@": sets $build, or prints the usage and exits 2
