@@ -59,6 +59,16 @@ def parse_args(doc, extra=None):
     return p.parse_args()
 
 
+def start(doc, extra=None, torch_threads=None):
+    """A benchmark's start: its command line (parse_args), torch's thread count
+    when given, and the machine record. Returns (args, machine)."""
+    args = parse_args(doc, extra)
+    if torch_threads is not None:
+        import torch  # the benchmark's own import (before mpi4py) already loaded it
+        torch.set_num_threads(torch_threads)
+    return args, machine_info()
+
+
 def _cpu_model():
     try:
         with open("/proc/cpuinfo") as f:

@@ -117,8 +117,7 @@ def bench_one(store, label, rb, rows_per_rank, k, repeats, target_s):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     repeats, target_s = (3, 0.02) if args.quick else (7, 0.05)
     scale = 4 if args.quick else 1
     hs_root = COMM.bcast(tempfile.mkdtemp(prefix="ddstore-b1-") if RANK == 0 else None)

@@ -109,8 +109,7 @@ def bench_one(store, rb, rows_per_rank, k, repeats, target_s):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     repeats, target_s = (3, 0.05) if args.quick else (7, 0.2)
     store = PyDDStore(COMM)
     results, notes = [], []

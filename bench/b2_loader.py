@@ -143,9 +143,7 @@ def run_dim(d, n, repeats, workers):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    torch.set_num_threads(max(1, C.cores() // SIZE))
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra, torch_threads=max(1, C.cores() // SIZE))
     repeats = 2 if args.quick else 5
     results, notes = [], []
     for d in args.dims:

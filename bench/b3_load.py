@@ -169,9 +169,7 @@ def rss_build(args, chunk):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    torch.set_num_threads(max(1, C.cores() // SIZE))
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra, torch_threads=max(1, C.cores() // SIZE))
     repeats = 2 if args.quick else 5
     results, notes = [], []
     # RSS first, before the timing part's arrays raise the baseline.

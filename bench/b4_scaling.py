@@ -120,9 +120,7 @@ def bench_loader(batches, repeats, n):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    torch.set_num_threads(max(1, C.cores() // SIZE))
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra, torch_threads=max(1, C.cores() // SIZE))
     repeats, target_s = (2, 0.02) if args.quick else (5, 0.04)
     rows_per_rank = (1 << 15) // SIZE if args.quick else (1 << 17) // SIZE   # 64 MiB in total (full)
     n = (1 << 15) if args.quick else (1 << 17)

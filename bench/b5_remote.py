@@ -291,8 +291,7 @@ def run_loader(args, hs_root):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     machine["hosts"] = sorted(set(COMM.allgather(socket.gethostname())))
     link = None
     if args.link:

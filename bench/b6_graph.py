@@ -99,9 +99,7 @@ def same(b, w):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    torch.set_num_threads(1)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra, torch_threads=1)
     n = args.graphs // 4 if args.quick else args.graphs
     repeats = 2 if args.quick else 5
     graphs = [molecule(i) for i in range(n)]

@@ -361,8 +361,7 @@ def part_reopen(args):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     repeats, target_s = (3, 0.02) if args.quick else (7, 0.05)
     if args.part == "cache":
         results = part_cache(args, repeats, target_s)

@@ -139,8 +139,7 @@ def part2(args, hs_root, notes):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     repeats, target_s = (3, 0.05) if args.quick else (7, 0.2)
     if args.quick:
         args.rows_per_rank = min(args.rows_per_rank, 1024)

@@ -35,20 +35,17 @@ def counted_batch(s, name, rows, shape, dtype, salt):
 
 
 def test_read_protocol_is_gather_on_software_rma(comm):
-    s = make_store(comm)
-    try:
+    with make_store(comm) as s:
         proto = s.info()["read_protocol"]
         if comm.Get_size() > 1 and PROVIDER in ("tcp", "shm"):
             assert proto.startswith("owner-side gather"), proto
-    finally:
-        s.free()
 
 
 @pytest.mark.parametrize("shape,dtype", [((), "int64"), ((3,), "float32"), ((4097,), "uint8"),
                                          ((70000,), "uint8")])
 def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape, dtype):
-    s = make_store(comm, gather="always")  # rows of 32 KiB and more: auto reads them one-sided
-    try:
+    # "always": under "auto", rows of 32 KiB and more would be read one-sided
+    with make_store(comm, gather="always") as s:
         want = add_rows(s, rank, size, "g", shape, dtype, 7)
         off = offsets(size)
         total = len(want)
@@ -68,14 +65,11 @@ def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape,
             s.get("g", outm, 1)
             assert outm.tobytes() == want[1:total - 1].tobytes()
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_large_batches_split_into_several_requests(comm, rank, size):
     """More rows than one request carries (3584), and a reply over 8 MiB."""
-    s = make_store(comm, gather="always")
-    try:
+    with make_store(comm, gather="always") as s:
         s.add("small", local_values(rank, size, (), "int32", 8))
         s.add("big", local_values(rank, size, (1 << 20,), "uint8", 9))
         total = int(offsets(size)[-1])
@@ -83,14 +77,11 @@ def test_large_batches_split_into_several_requests(comm, rank, size):
         counted_batch(s, "small", rng.integers(0, total, size=10000), (), "int32", 8)
         counted_batch(s, "big", rng.integers(0, total, size=12), (1 << 20,), "uint8", 9)
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_auto_reads_large_rows_one_sided(comm, rank, size):
     """On software RMA, auto gathers rows under 32 KiB and reads larger ones one-sided."""
-    s = make_store(comm)
-    try:
+    with make_store(comm) as s:
         proto = s.info()["read_protocol"]
         if PROVIDER in ("tcp", "shm"):
             assert "rows under 32768 bytes" in proto, proto
@@ -103,13 +94,10 @@ def test_auto_reads_large_rows_one_sided(comm, rank, size):
             n = counted_batch(s, name, rows, (width,), "uint8", salt)
             assert n == (remote_owners(off, rows, {rank}) if gathered else 0), (name, n)
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_gather_never_sends_no_request(comm, rank, size):
-    s = make_store(comm, gather="never")
-    try:
+    with make_store(comm, gather="never") as s:
         assert s.info()["read_protocol"].startswith("one-sided reads"), s.info()["read_protocol"]
         s.add("n", local_values(rank, size, (5,), "int16", 10))
         total = int(offsets(size)[-1])
@@ -117,18 +105,13 @@ def test_gather_never_sends_no_request(comm, rank, size):
         assert counted_batch(s, "n", rows, (5,), "int16", 10) == 0
         assert s.stats()["gather_requests"] == 0
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_four_threads_gather_concurrently(comm, rank, size):
-    s = make_store(comm)
-    try:
+    with make_store(comm) as s:
         want = add_rows(s, rank, size, "t", (17,), "float64", 11)
         read_in_threads(s, "t", want, [rank * 10 + i for i in range(4)], batches=60, most_rows=199)
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_method2_reader_gets_replies(comm, rank, size):
