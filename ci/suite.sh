@@ -84,5 +84,9 @@ suite_end() { # suite_end: exit 1 when any step failed
     printf '  failed: %s\n' "${suite_failed[@]}"
     exit 1
   fi
-  echo "$suite_name: all steps passed"
+  if [ ${#suite_skipped[@]} -ne 0 ]; then
+    echo "$suite_name: no step failed; ${#suite_skipped[@]} skipped for time"
+  else
+    echo "$suite_name: all steps passed"
+  fi
 }
