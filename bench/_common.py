@@ -22,9 +22,31 @@ from mpi4py import MPI  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+# environ(): shared with the test suites (tests/python/suite_helpers.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+from suite_helpers import environ  # noqa: E402
+
 COMM = MPI.COMM_WORLD
 RANK = COMM.Get_rank()
 SIZE = COMM.Get_size()
+
+
+def open_store(method, env, fabric=None, handshake_dir=None):
+    """A store for one configuration, created with the environment `env` set
+    (libddstore reads its settings at creation), or (None, the reason why
+    not): the same outcome on every rank."""
+    from pyddstore import DDStoreError, DDStoreNotSupportedError, PyDDStore
+
+    kw = {"fabric": fabric} if fabric else {}
+    if method == 2:
+        kw["handshake_dir"] = handshake_dir
+    with environ(**env):
+        try:
+            return PyDDStore(COMM, method=method, **kw), None
+        except DDStoreNotSupportedError as e:
+            return None, f"not supported: {e}"
+        except DDStoreError as e:
+            return None, f"error: {type(e).__name__}: {e}"
 
 
 def parse_args(doc, extra=None):
@@ -35,6 +57,16 @@ def parse_args(doc, extra=None):
     if extra:
         extra(p)
     return p.parse_args()
+
+
+def start(doc, extra=None, torch_threads=None):
+    """A benchmark's start: its command line (parse_args), torch's thread count
+    when given, and the machine record. Returns (args, machine)."""
+    args = parse_args(doc, extra)
+    if torch_threads is not None:
+        import torch  # the benchmark's own import (before mpi4py) already loaded it
+        torch.set_num_threads(torch_threads)
+    return args, machine_info()
 
 
 def _cpu_model():
@@ -164,6 +196,47 @@ def interleaved(fns, repeats, target_s, comm=None):
                 "n": ns[k]} for k, v in times.items()}
 
 
+def timed_epochs(fns, repeats, counts, after_repeat=None, comm=COMM):
+    """The loader benchmarks' epochs: a warm-up epoch of each f(epoch) ->
+    samples in dict `fns`, then `repeats` rounds with the variants
+    interleaved, each epoch after a barrier and checked to yield counts[name]
+    samples; after_repeat() runs after each round. Returns ({name: [wall s]},
+    {name: [CPU s]})."""
+    times = {k: [] for k in fns}
+    cpus = {k: [] for k in fns}
+    for f in fns.values():
+        f(0)
+    for r in range(repeats):
+        for k, f in fns.items():
+            comm.Barrier()
+            c0, t0 = cpu_now(), now()
+            got = f(r + 1)
+            times[k].append(now() - t0)
+            cpus[k].append(cpu_now() - c0)
+            assert got == counts[k], (k, got, counts[k])
+        if after_repeat is not None:
+            after_repeat()
+    return times, cpus
+
+
+def require_everywhere(ok, message, comm=COMM):
+    """Stop every rank with `message` (SystemExit) unless `ok` holds on every rank."""
+    if not comm.allreduce(bool(ok), op=MPI.LAND):
+        raise SystemExit(message)
+
+
+def cycler(n):
+    """A function returning 0, 1, ..., n - 1, 0, 1, ... on successive calls:
+    which of n prepared index sets a timed call uses next."""
+    it = {"i": 0}
+
+    def nxt():
+        i = it["i"]
+        it["i"] = (i + 1) % n
+        return i
+    return nxt
+
+
 def gather_stat(comm, value):
     """Per-rank values gathered on every rank, with their median/min/max."""
     vals = comm.allgather(value)
@@ -199,9 +272,12 @@ def reset_peak_rss():
 
 
 def write_result(path, bench, machine, results, notes=(), comm=COMM):
-    """Rank 0 writes {bench, machine, results, notes, loadavg_end} as JSON."""
+    """Rank 0 writes {bench, machine, results, notes, loadavg_end} as JSON; a
+    note says so when the ranks outnumber the cores (oversubscribed)."""
     if comm.Get_rank() != 0:
         return
+    if comm.Get_size() > cores():
+        notes = [*notes, f"{bench}: {comm.Get_size()} ranks on {cores()} cores: oversubscribed"]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     doc = {"bench": bench, "machine": machine, "results": results, "notes": list(notes),
            "loadavg_end": list(os.getloadavg())}

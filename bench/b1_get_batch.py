@@ -19,7 +19,6 @@ import _common as C
 from _common import COMM, RANK, SIZE, np
 
 import pyddstore
-from pyddstore import DDStoreError, DDStoreNotSupportedError, PyDDStore
 
 
 def extra(p):
@@ -45,24 +44,6 @@ def make_shard(rank, rows, row_bytes):
     return np.random.default_rng(1000 + rank).integers(0, 256, size=(rows, row_bytes), dtype=np.uint8)
 
 
-def open_store(method, fabric, node_local, hs_dir):
-    """A store for one configuration, or the reason why not (same outcome on every rank)."""
-    os.environ["DDSTORE_NODE_LOCAL"] = node_local
-    try:
-        kw = {}
-        if fabric is not None:
-            kw["fabric"] = fabric
-        if method == 2:
-            kw["handshake_dir"] = hs_dir
-        return PyDDStore(COMM, method=method, **kw), None
-    except DDStoreNotSupportedError as e:
-        return None, f"not supported: {e}"
-    except DDStoreError as e:
-        return None, f"error: {type(e).__name__}: {e}"
-    finally:
-        os.environ.pop("DDSTORE_NODE_LOCAL", None)
-
-
 def bench_one(store, label, rb, rows_per_rank, k, repeats, target_s):
     full = np.concatenate([make_shard(r, rows_per_rank, rb) for r in range(SIZE)])
     name = f"b1/{label}/{rb}"
@@ -80,22 +61,14 @@ def bench_one(store, label, rb, rows_per_rank, k, repeats, target_s):
         np.take(full, idx, axis=0, out=out_np)
         store.get_batch(name, out_st, idx)
         ok &= bool(np.array_equal(out_np, out_st))
-    ok = COMM.allreduce(ok, op=C.MPI.LAND)
-    if not ok:
-        raise SystemExit(f"B1 {label} {rb} B: get_batch returned wrong rows")
-
-    it = {"i": 0}
-
-    def nxt():
-        i = it["i"]
-        it["i"] = (i + 1) % n_sets
-        return idx_sets[i]
+    C.require_everywhere(ok, f"B1 {label} {rb} B: get_batch returned wrong rows")
+    nxt = C.cycler(n_sets)
 
     def base():
-        np.take(full, nxt(), axis=0, out=out_np)
+        np.take(full, idx_sets[nxt()], axis=0, out=out_np)
 
     def via_py():
-        store.get_batch(name, out_st, nxt())
+        store.get_batch(name, out_st, idx_sets[nxt()])
 
     # The same call with every argument converted beforehand: the library's own cost
     # plus one ctypes call. (Private attributes of the binding: a measuring probe only.)
@@ -106,14 +79,12 @@ def bench_one(store, label, rb, rows_per_rank, k, repeats, target_s):
     addrs = [i.ctypes.data for i in idx_sets]
 
     def via_c():
-        i = it["i"]
-        it["i"] = (i + 1) % n_sets
-        rc = lib.dds_get_batch(ptr, bname, out_addr, addrs[i], k)
+        rc = lib.dds_get_batch(ptr, bname, out_addr, addrs[nxt()], k)
         if rc:
             raise RuntimeError(pyddstore._lib.last_error(rc))
 
     def base_clip():
-        np.take(full, nxt(), axis=0, out=out_np, mode="clip")
+        np.take(full, idx_sets[nxt()], axis=0, out=out_np, mode="clip")
 
     # Collective variants (method 0) need the same call count on every rank: all loops run
     # over COMM with a barrier before each, which also makes oversubscribed ranks contend
@@ -146,15 +117,14 @@ def bench_one(store, label, rb, rows_per_rank, k, repeats, target_s):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     repeats, target_s = (3, 0.02) if args.quick else (7, 0.05)
     scale = 4 if args.quick else 1
     hs_root = COMM.bcast(tempfile.mkdtemp(prefix="ddstore-b1-") if RANK == 0 else None)
     results, notes = [], []
     for label in args.methods:
         method, fabric, node_local = METHODS[label]
-        store, why = open_store(method, fabric, node_local, os.path.join(hs_root, label))
+        store, why = C.open_store(method, {"DDSTORE_NODE_LOCAL": node_local}, fabric, os.path.join(hs_root, label))
         if store is None:
             notes.append(f"B1 {label}: skipped ({why.splitlines()[0][:300]})")
             C.log(notes[-1])
@@ -165,8 +135,6 @@ def main():
                 results += bench_one(store, label, rb, rows_per_rank, args.k, repeats, target_s)
         finally:
             store.free()
-    if RANK == 0 and SIZE > C.cores():
-        notes.append(f"B1: {SIZE} ranks on {C.cores()} cores: oversubscribed")
     C.write_result(args.out, "B1", machine, results, notes)
 
 

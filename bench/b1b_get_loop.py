@@ -58,16 +58,8 @@ def bench_one(store, rb, rows_per_rank, k, repeats, target_s):
             store.get(name, one, i)
             got[j] = one[0]
         ok &= bool(np.array_equal(got, full[rows]))
-    ok = COMM.allreduce(ok, op=C.MPI.LAND)
-    if not ok:
-        raise SystemExit(f"B1b {rb} B: get() returned wrong rows")
-
-    it = {"i": 0}
-
-    def nxt():
-        i = it["i"]
-        it["i"] = (i + 1) % n_sets
-        return i
+    C.require_everywhere(ok, f"B1b {rb} B: get() returned wrong rows")
+    nxt = C.cycler(n_sets)
 
     get = store.get
 
@@ -117,8 +109,7 @@ def bench_one(store, rb, rows_per_rank, k, repeats, target_s):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     repeats, target_s = (3, 0.05) if args.quick else (7, 0.2)
     store = PyDDStore(COMM)
     results, notes = [], []
@@ -130,8 +121,6 @@ def main():
             results += bench_one(store, rb, rows_per_rank, args.k, repeats, target_s)
     finally:
         store.free()
-    if RANK == 0 and SIZE > C.cores():
-        notes.append(f"B1b: {SIZE} ranks on {C.cores()} cores: oversubscribed")
     C.write_result(args.out, "B1b", machine, results, notes)
 
 

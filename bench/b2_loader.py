@@ -26,6 +26,8 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset  # no
 
 from pyddstore.torch import DistDataset, ThreadDataLoader  # noqa: E402
 
+from _ceiling import ceiling_epoch  # noqa: E402
+
 BATCH = 256
 
 
@@ -87,18 +89,6 @@ def epoch_loader(loader, sampler, epoch):
     return n
 
 
-def epoch_ceiling(X, Y, n_local, epoch):
-    g = torch.Generator()
-    g.manual_seed(epoch)
-    perm = torch.randperm(X.shape[0], generator=g)[RANK::SIZE][:n_local]
-    n = 0
-    for i in range(0, n_local, BATCH):
-        idx = perm[i:i + BATCH]
-        x, y = X[idx], Y[idx]
-        n += y.shape[0]
-    return n
-
-
 def check_loader(ds_loader, sampler, X, Y):
     """Every sample the store loader gives equals the source's (first batches of one epoch)."""
     sampler.set_epoch(99)
@@ -125,22 +115,11 @@ def run_dim(d, n, repeats, workers):
         raise SystemExit(f"B2 D={d}: the store loader returned wrong samples")
 
     fns = {
-        "ceiling": lambda e: epoch_ceiling(X, Y, n_local, e),
+        "ceiling": lambda e: ceiling_epoch(X, Y, n_local, e, BATCH, RANK, SIZE),
         "store": lambda e: epoch_loader(loader, sampler, e),
         "torch_dl": lambda e: epoch_loader(tloader, tsampler, e),
     }
-    times = {k: [] for k in fns}
-    cpus = {k: [] for k in fns}
-    for k, f in fns.items():  # warm-up epoch each
-        f(0)
-    for r in range(repeats):
-        for k, f in fns.items():
-            COMM.Barrier()
-            c0, t0 = C.cpu_now(), C.now()
-            got = f(r + 1)
-            times[k].append(C.now() - t0)
-            cpus[k].append(C.cpu_now() - c0)
-            assert got == n_local, (k, got, n_local)
+    times, cpus = C.timed_epochs(fns, repeats, dict.fromkeys(fns, n_local))
     res = []
     med = {k: float(np.median(v)) for k, v in times.items()}
     rate = {k: n_local / med[k] for k in fns}
@@ -164,9 +143,7 @@ def run_dim(d, n, repeats, workers):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    torch.set_num_threads(max(1, C.cores() // SIZE))
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra, torch_threads=max(1, C.cores() // SIZE))
     repeats = 2 if args.quick else 5
     results, notes = [], []
     for d in args.dims:
@@ -178,8 +155,6 @@ def main():
             write_parquet(GenSource(n, d), os.path.join(args.parquet_dir, f"d{d}"),
                           row_group=max(512, n // 32))  # 32 row groups: even shards
         results += run_dim(d, n, repeats, args.workers)
-    if RANK == 0 and SIZE > C.cores():
-        notes.append(f"B2: {SIZE} ranks on {C.cores()} cores: oversubscribed")
     notes.append(f"B2: torch.set_num_threads({torch.get_num_threads()}) per rank; ThreadDataLoader "
                  f"num_workers={args.workers}; torch DataLoader num_workers=0")
     C.write_result(args.out, "B2", machine, results, notes)

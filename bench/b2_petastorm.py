@@ -27,19 +27,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
+from _ceiling import ceiling_epoch
+
 BATCH = 256
-
-
-def ceiling_epoch(X, Y, n_local, rank, size, epoch):
-    g = torch.Generator()
-    g.manual_seed(epoch)
-    perm = torch.randperm(X.shape[0], generator=g)[rank::size][:n_local]
-    n = 0
-    for i in range(0, n_local, BATCH):
-        idx = perm[i:i + BATCH]
-        x, y = X[idx], Y[idx]
-        n += y.shape[0]
-    return n
 
 
 def main():
@@ -99,7 +89,7 @@ def main():
     counts = {}
     def ceiling(epoch):
         t0, c0 = time.perf_counter(), time.process_time()
-        m = ceiling_epoch(X, Y, n_local, args.rank, args.nproc, epoch)
+        m = ceiling_epoch(X, Y, n_local, epoch, BATCH, args.rank, args.nproc)
         return m, time.perf_counter() - t0, time.process_time() - c0
 
     ceiling(0)

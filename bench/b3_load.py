@@ -169,17 +169,13 @@ def rss_build(args, chunk):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    torch.set_num_threads(max(1, C.cores() // SIZE))
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra, torch_threads=max(1, C.cores() // SIZE))
     repeats = 2 if args.quick else 5
     results, notes = [], []
     # RSS first, before the timing part's arrays raise the baseline.
     for chunk in (None, 4096):
         results.append(rss_build(args, chunk))
     results += time_build(args, repeats)
-    if RANK == 0 and SIZE > C.cores():
-        notes.append(f"B3: {SIZE} ranks on {C.cores()} cores: oversubscribed")
     C.write_result(args.out, "B3", machine, results, notes)
 
 

@@ -27,6 +27,7 @@ from pyddstore import PyDDStore  # noqa: E402
 from pyddstore.torch import DistDataset, ThreadDataLoader  # noqa: E402
 
 import b2_loader  # noqa: E402
+from _ceiling import ceiling_epoch  # noqa: E402
 
 
 def extra(p):
@@ -95,27 +96,10 @@ def bench_loader(batches, repeats, n):
                 return m
 
             def ceil_epoch(e):
-                g = torch.Generator()
-                g.manual_seed(e)
-                perm = torch.randperm(n, generator=g)[RANK::SIZE][:n_local]
-                m = 0
-                for i in range(0, n_local, bsz):
-                    idx = perm[i:i + bsz]
-                    x, y = X[idx], Y[idx]
-                    m += y.shape[0]
-                return m
+                return ceiling_epoch(X, Y, n_local, e, bsz, RANK, SIZE)
 
-            times = {"ceiling": [], "store": []}
-            cpus = {"ceiling": [], "store": []}
-            store_epoch(0)
-            ceil_epoch(0)
-            for r in range(repeats):
-                for k, f in (("ceiling", ceil_epoch), ("store", store_epoch)):
-                    COMM.Barrier()
-                    c0, t0 = C.cpu_now(), C.now()
-                    assert f(r + 1) == n_local
-                    times[k].append(C.now() - t0)
-                    cpus[k].append(C.cpu_now() - c0)
+            times, cpus = C.timed_epochs({"ceiling": ceil_epoch, "store": store_epoch}, repeats,
+                                         {"ceiling": n_local, "store": n_local})
             loader.close()
             med = {k: float(np.median(v)) for k, v in times.items()}
             rate = C.gather_stat(COMM, n_local / med["store"])
@@ -136,18 +120,13 @@ def bench_loader(batches, repeats, n):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    torch.set_num_threads(max(1, C.cores() // SIZE))
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra, torch_threads=max(1, C.cores() // SIZE))
     repeats, target_s = (2, 0.02) if args.quick else (5, 0.04)
     rows_per_rank = (1 << 15) // SIZE if args.quick else (1 << 17) // SIZE   # 64 MiB in total (full)
     n = (1 << 15) if args.quick else (1 << 17)
     results = bench_get_batch(args.batches, repeats, target_s, rows_per_rank)
     results += bench_loader(args.batches, repeats, n)
-    notes = []
-    if RANK == 0 and SIZE > C.cores():
-        notes.append(f"B4: {SIZE} ranks on {C.cores()} cores: oversubscribed")
-    C.write_result(args.out, f"B4_n{SIZE}", machine, results, notes)
+    C.write_result(args.out, f"B4_n{SIZE}", machine, results)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import _common as C  # noqa: E402
 from _common import COMM, RANK, SIZE, np  # noqa: E402
 
 from b5_gather_ceiling import Gather  # noqa: E402
-from pyddstore import DDStoreError, DDStoreNotSupportedError, PyDDStore  # noqa: E402
+from pyddstore import DDStoreError  # noqa: E402
 
 CONFIGS = {
     # label: (method, fabric)
@@ -72,31 +72,6 @@ def topology():
     if not remote:
         remote = [r for r in range(SIZE) if r != RANK]
     return hosts, remote
-
-
-def open_store(method, fabric, hs_dir, node_local, env=None):
-    """A store for one configuration, or the reason why not (same outcome on every rank).
-    env: more environment for its creation (the read protocol is chosen then)."""
-    env = {"DDSTORE_NODE_LOCAL": node_local, **(env or {})}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        kw = {}
-        if fabric:
-            kw["fabric"] = fabric
-        if method == 2:
-            kw["handshake_dir"] = hs_dir
-        return PyDDStore(COMM, method=method, **kw), None
-    except DDStoreNotSupportedError as e:
-        return None, f"not supported: {e}"
-    except DDStoreError as e:
-        return None, f"error: {type(e).__name__}: {e}"
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def make_shard(rank, rows, rb):
@@ -136,7 +111,8 @@ def run_get(args, link, hs_root):
     stores, notes = {}, []
     for label in args.configs:
         method, fabric = CONFIGS[label]
-        st, why = open_store(method, fabric, os.path.join(hs_root, label), node_local, CONFIG_ENV.get(label))
+        st, why = C.open_store(method, {"DDSTORE_NODE_LOCAL": node_local, **CONFIG_ENV.get(label, {})}, fabric,
+                               os.path.join(hs_root, label))
         if st is None:
             notes.append(f"B5 {label}: skipped ({why.splitlines()[0][:300]})")
             C.log(notes[-1])
@@ -197,8 +173,7 @@ def run_get(args, link, hs_root):
                 out[:] = 0
                 st.get_batch(name, out, sets[0])
                 ok &= bool(np.array_equal(out, want))
-            if not COMM.allreduce(ok, op=C.MPI.LAND):
-                raise SystemExit(f"B5 {rb} B: get_batch returned wrong rows")
+            C.require_everywhere(ok, f"B5 {rb} B: get_batch returned wrong rows")
             del shards
             it = {"i": 0}
 
@@ -271,21 +246,14 @@ def run_loader(args, hs_root):
 
     for label in [c for c in args.configs if c in LOADER_CONFIGS]:
         method, fabric = CONFIGS[label]
-        saved = os.environ.get("DDSTORE_FABRIC")
-        if fabric:
-            os.environ["DDSTORE_FABRIC"] = fabric
         try:
-            ds = DistDataset(Src(), f"b5_{label}", comm=COMM, method=method,
-                             handshake_dir=os.path.join(hs_root, "ld_" + label), progress=False)
+            with C.environ(**({"DDSTORE_FABRIC": fabric} if fabric else {})):
+                ds = DistDataset(Src(), f"b5_{label}", comm=COMM, method=method,
+                                 handshake_dir=os.path.join(hs_root, "ld_" + label), progress=False)
         except DDStoreError as e:
             notes.append(f"B5 loader {label}: skipped ({type(e).__name__}: {str(e)[:200]})")
             C.log(notes[-1])
             continue
-        finally:
-            if saved is None:
-                os.environ.pop("DDSTORE_FABRIC", None)
-            else:
-                os.environ["DDSTORE_FABRIC"] = saved
         sampler = DistributedSampler(ds, num_replicas=SIZE, rank=RANK, shuffle=True, seed=0)
         loader = ThreadDataLoader(ds, batch_size=batch, sampler=sampler, num_workers=1)
         n_local = len(sampler)
@@ -297,8 +265,7 @@ def run_loader(args, hs_root):
             idx = want[pos:pos + y.shape[0]]
             pos += y.shape[0]
             ok &= bool(np.array_equal(x.numpy(), xa[idx]) and np.array_equal(y.numpy(), ya[idx]))
-        if not COMM.allreduce(ok, op=C.MPI.LAND):
-            raise SystemExit(f"B5 loader {label}: wrong samples")
+        C.require_everywhere(ok, f"B5 loader {label}: wrong samples")
         times, cpus = [], []
         for r in range(repeats):
             sampler.set_epoch(r)
@@ -324,8 +291,7 @@ def run_loader(args, hs_root):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     machine["hosts"] = sorted(set(COMM.allgather(socket.gethostname())))
     link = None
     if args.link:

@@ -99,9 +99,7 @@ def same(b, w):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    torch.set_num_threads(1)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra, torch_threads=1)
     n = args.graphs // 4 if args.quick else args.graphs
     repeats = 2 if args.quick else 5
     graphs = [molecule(i) for i in range(n)]
@@ -120,8 +118,7 @@ def main():
     ok = all(same(a, b) for a, b in zip(loader, pyg))
     idx = list(sampler)[:BATCH]
     ok &= same(Batch.from_data_list([per.get(i) for i in idx]), Batch.from_data_list([graphs[i] for i in idx]))
-    if not COMM.allreduce(ok, op=C.MPI.LAND):
-        raise SystemExit("B6: the store's batches differ from torch_geometric's")
+    C.require_everywhere(ok, "B6: the store's batches differ from torch_geometric's")
     per_n = max(BATCH, n_local // 4)   # the per-sample path is slow: a quarter epoch
 
     def epoch_of(it):
@@ -135,20 +132,8 @@ def main():
            "store": lambda e: (sampler.set_epoch(e), epoch_of(loader))[1],
            "per_sample": per_epoch}
     counts = {"pyg": n_local, "store": n_local, "per_sample": per_n}
-    times = {k: [] for k in fns}
-    cpus = {k: [] for k in fns}
     load = [os.getloadavg()[0]]
-    for k, f in fns.items():  # warm-up epoch each
-        f(0)
-    for r in range(repeats):
-        for k, f in fns.items():
-            COMM.Barrier()
-            c0, t0 = C.cpu_now(), C.now()
-            got = f(r + 1)
-            times[k].append(C.now() - t0)
-            cpus[k].append(C.cpu_now() - c0)
-            assert got == counts[k], (k, got, counts[k])
-        load.append(os.getloadavg()[0])
+    times, cpus = C.timed_epochs(fns, repeats, counts, after_repeat=lambda: load.append(os.getloadavg()[0]))
     rate = {k: counts[k] / float(np.median(times[k])) for k in fns}
     rate_cpu = {k: counts[k] / float(np.median(cpus[k])) for k in fns}
     results = []
@@ -169,8 +154,6 @@ def main():
     notes = [f"B6: store loader num_workers={args.workers} (threads); torch_geometric DataLoader "
              "num_workers=0 over the in-memory list; torch.set_num_threads(1); load average "
              f"{min(load):.1f}-{max(load):.1f} during the epochs (the machine is shared)"]
-    if SIZE > C.cores():
-        notes.append(f"B6: {SIZE} ranks on {C.cores()} cores: oversubscribed")
     loader.close()
     per.store.free()
     ds.free()

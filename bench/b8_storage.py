@@ -361,8 +361,7 @@ def part_reopen(args):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     repeats, target_s = (3, 0.02) if args.quick else (7, 0.05)
     if args.part == "cache":
         results = part_cache(args, repeats, target_s)
@@ -372,10 +371,7 @@ def main():
         results = part_build(args)
     else:
         results = part_reopen(args)
-    notes = []
-    if RANK == 0 and SIZE > C.cores():
-        notes.append(f"B8 {args.part}: {SIZE} ranks on {C.cores()} cores: oversubscribed")
-    C.write_result(args.out, f"B8 {args.part}", machine, results, notes)
+    C.write_result(args.out, f"B8 {args.part}", machine, results)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import threading
 import _common as C
 from _common import COMM, RANK, SIZE, np
 
-from pyddstore import DDStoreError, PyDDStore
 
 CONFIGS = {
     # label: (method, fabric)
@@ -45,23 +44,7 @@ def open_store(method, fabric, hs_root, label, serialize=None):
     env = {"DDSTORE_NODE_LOCAL": "0"}
     if serialize is not None:
         env["DDSTORE_FABRIC_SERIALIZE"] = "1" if serialize else "0"
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        kw = {}
-        if fabric:
-            kw["fabric"] = fabric
-        if method == 2:
-            kw["handshake_dir"] = os.path.join(hs_root, label)
-        return PyDDStore(COMM, method, **kw), None
-    except DDStoreError as e:
-        return None, f"{type(e).__name__}: {e}"
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return C.open_store(method, env, fabric, os.path.join(hs_root, label))
 
 
 def shard(rank, rows, rb):
@@ -156,8 +139,7 @@ def part2(args, hs_root, notes):
 
 
 def main():
-    args = C.parse_args(__doc__, extra)
-    machine = C.machine_info()
+    args, machine = C.start(__doc__, extra)
     repeats, target_s = (3, 0.05) if args.quick else (7, 0.2)
     if args.quick:
         args.rows_per_rank = min(args.rows_per_rank, 1024)
@@ -166,8 +148,6 @@ def main():
     results = part1(args, hs_root, repeats, target_s, notes)
     if args.threads > 1:
         results += part2(args, hs_root, notes)
-    if RANK == 0 and SIZE > C.cores():
-        notes.append(f"{SIZE} ranks on {C.cores()} cores: oversubscribed")
     C.write_result(args.out, "fabric", machine, results, notes)
 
 

@@ -33,6 +33,8 @@ import pyddstore
 from pyddstore import DDStoreNotSupportedError, PyDDStore
 from pyddstore import _verify
 
+from _common import environ  # noqa: E402
+
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 ROW_BYTES = 4096
@@ -76,9 +78,7 @@ def read_all(read, total, salt, seed):
 
 
 def run_method(label, method, env, local_rows, salt, hsroot):
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ(**env):
         hs = os.path.join(hsroot, label) if method == 2 else None
         try:
             s = PyDDStore(COMM, method=method, handshake_dir=hs)
@@ -107,12 +107,6 @@ def run_method(label, method, env, local_rows, salt, hsroot):
             del local
         finally:
             s.free()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     per_rank = COMM.gather((dt, bt, nbytes, bad), root=0)
     res = None
     if RANK == 0:

@@ -33,11 +33,8 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-if [ $# -ne 1 ] || [ ! -d "$1" ]; then
-  echo "usage: bash tests/c/reliability.sh <meson builddir with libddstore built>" >&2
-  exit 2
-fi
-build="$(cd "$1" && pwd)"
+source ci/suite.sh
+suite_build_arg tests/c/reliability.sh "$@"
 scratch="${build}-reliability"
 asan="${build}-asan"
 fuzzb="${build}-fuzz"
@@ -46,39 +43,16 @@ opts=$(python3 ci/manifest.py --build asan) && mapfile -t asan_opts <<<"$opts" \
   && opts=$(python3 ci/manifest.py --build fuzz) && mapfile -t fuzz_opts <<<"$opts" \
   || { echo "reliability.sh: no asan/fuzz build options in tests/manifest.toml" >&2; exit 2; }
 mkdir -p "$scratch"
-source ci/env.sh
-export OMPI_MCA_rmaps_base_oversubscribe=1
 long=${DDS_EXTRA_LONG:-0}
 fuzz_hs=${FUZZ_SECONDS:-30}
 fuzz_name=10
 if [ "$long" = 1 ]; then fuzz_hs=600; fuzz_name=600; fi
-t_start=$SECONDS
 
-failures=0
-failed_steps=()
-skipped_steps=()
+suite_begin "C reliability tests"
 # ci/test.sh gives this script 600 s; on a loaded machine later steps are
 # skipped (and listed) rather than the whole script being killed.
-budget_default=540; [ "$long" = 1 ] && budget_default=100000
-budget=${DDS_EXTRA_BUDGET_S:-$budget_default}
-step() { # step <label> <timeout-seconds> <command...>
-  local label=$1 t=$2; shift 2
-  local t0=$SECONDS
-  echo "--- $label"
-  if [ $((SECONDS - t_start)) -gt "$budget" ]; then
-    echo "    SKIPPED: over the ${budget}-second budget"
-    skipped_steps+=("$label")
-    return 0
-  fi
-  local left=$((budget + 50 - (SECONDS - t_start)))
-  [ "$t" -gt "$left" ] && t=$left
-  if ! timeout -k 10 "$t" "$@"; then
-    echo "FAILED: $label"
-    failures=$((failures + 1))
-    failed_steps+=("$label")
-  fi
-  echo "    ($((SECONDS - t0)) s)"
-}
+suite_budget=540; [ "$long" = 1 ] && suite_budget=100000
+suite_budget=${DDS_EXTRA_BUDGET_S:-$suite_budget}
 
 libdir="$build/subprojects/libddstore"
 if [ ! -e "$libdir/libddstore.so" ]; then
@@ -92,20 +66,20 @@ trap 'rm -rf "$hsdir"' EXIT
 
 echo "=== C reliability tests against $build (libfabric: $has_fabric)"
 # (already built when <builddir> is fully built, as ci/test.sh does)
-step "build test_badinput and test_leak (meson)" 300 nice ninja -C "$build" tests/test_badinput tests/test_leak
+suite_step "build test_badinput and test_leak (meson)" 300 nice ninja -C "$build" tests/test_badinput tests/test_leak
 bad="$build/tests/test_badinput" leak="$build/tests/test_leak"
 
 # ---- 1. bad input ------------------------------------------------------------
 for n in 1 2 4; do
   for nl in 1 0; do
-    step "test_badinput np=$n node_local=$nl" 120 \
+    suite_step "test_badinput np=$n node_local=$nl" 120 \
       env DDSTORE_NODE_LOCAL=$nl DDSTORE_METHOD=0 mpiexec -n $n "$bad"
   done
 done
 if [ $has_fabric = 1 ]; then
   for m in 1 2; do
     for n in 1 2 4; do
-      step "test_badinput method=$m fabric=shm np=$n" 120 \
+      suite_step "test_badinput method=$m fabric=shm np=$n" 120 \
         env DDSTORE_METHOD=$m DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir/bad-$m-$n" \
         mpiexec -n $n "$bad"
     done
@@ -113,21 +87,21 @@ if [ $has_fabric = 1 ]; then
 fi
 
 # Every case still marked KNOWN_BUG must still fail: a passing one fails here.
-step "test_badinput known-bug marks" 600 bash tests/c/known-bug-marks.sh "$bad"
+suite_step "test_badinput known-bug marks" 600 bash tests/c/known-bug-marks.sh "$bad"
 
 # ---- 2. leaks: RSS / mappings / descriptors ------------------------------------
-step "test_leak 1000 cycles np=2 node_local=1" 180 \
+suite_step "test_leak 1000 cycles np=2 node_local=1" 180 \
   env DDSTORE_NODE_LOCAL=1 DDSTORE_METHOD=0 mpiexec -n 2 "$leak" 1000
-step "test_leak 300 cycles np=2 node_local=0" 180 \
+suite_step "test_leak 300 cycles np=2 node_local=0" 180 \
   env DDSTORE_NODE_LOCAL=0 DDSTORE_METHOD=0 mpiexec -n 2 "$leak" 300
-step "test_leak 200 cycles np=4" 180 env DDSTORE_METHOD=0 mpiexec -n 4 "$leak" 200
+suite_step "test_leak 200 cycles np=4" 180 env DDSTORE_METHOD=0 mpiexec -n 4 "$leak" 200
 if [ $has_fabric = 1 ]; then
   # A method-1/2 cycle costs ~0.2-0.4 s (endpoint set-up): 1,000 cycles only
   # in the long setting.
   cyc=50; [ "$long" = 1 ] && cyc=1000
   for m in 1 2; do
     [ $m = 2 ] && [ "$long" != 1 ] && cyc=30
-    step "test_leak $cyc cycles method=$m fabric=shm np=2" 600 \
+    suite_step "test_leak $cyc cycles method=$m fabric=shm np=2" 600 \
       env DDSTORE_METHOD=$m DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir/leak-$m" \
       mpiexec -n 2 "$leak" $cyc
   done
@@ -151,23 +125,23 @@ asan_env=(ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=0
 fab_opt=()
 [ $has_fabric = 1 ] || fab_opt=(-Dlibddstore:libfabric=disabled)
 if [ ! -f "$asan/build.ninja" ]; then
-  step "asan: meson setup" 120 nice meson setup "$asan" . "${asan_opts[@]}" "${fab_opt[@]}"
+  suite_step "asan: meson setup" 120 nice meson setup "$asan" . "${asan_opts[@]}" "${fab_opt[@]}"
 fi
-step "asan: build" 300 nice ninja -C "$asan" -j2
+suite_step "asan: build" 300 nice ninja -C "$asan" -j2
 for run in 1:1 2:1 2:0 4:0; do
   n=${run%:*} nl=${run#*:}
-  step "asan: test_core np=$n node_local=$nl" 180 \
+  suite_step "asan: test_core np=$n node_local=$nl" 180 \
     env "${asan_env[@]}" DDSTORE_NODE_LOCAL=$nl DDSTORE_METHOD=0 mpiexec -n $n "$asan/tests/test_core"
-  step "asan: test_badinput np=$n node_local=$nl" 180 \
+  suite_step "asan: test_badinput np=$n node_local=$nl" 180 \
     env "${asan_env[@]}" DDSTORE_NODE_LOCAL=$nl DDSTORE_METHOD=0 mpiexec -n $n "$asan/tests/test_badinput"
 done
 if [ $has_fabric = 1 ]; then
-  step "asan: test_badinput method=1 fabric=shm np=2" 180 \
+  suite_step "asan: test_badinput method=1 fabric=shm np=2" 180 \
     env "${asan_env[@]}" DDSTORE_METHOD=1 DDSTORE_FABRIC=shm mpiexec -n 2 "$asan/tests/test_badinput"
-  step "asan: test_badinput method=2 fabric=shm np=2" 180 \
+  suite_step "asan: test_badinput method=2 fabric=shm np=2" 180 \
     env "${asan_env[@]}" DDSTORE_METHOD=2 DDSTORE_FABRIC=shm DDSTORE_HANDSHAKE_DIR="$hsdir/asan-2" \
     mpiexec -n 2 "$asan/tests/test_badinput"
-  step "asan: test_remote_write shm np=2 (read-only shard pages, updates)" 180 \
+  suite_step "asan: test_remote_write shm np=2 (read-only shard pages, updates)" 180 \
     env "${asan_env[@]}" DDSTORE_FABRIC=shm mpiexec -n 2 "$asan/tests/test_remote_write" \
     "$asan/tests/remote_write_probe"
 fi
@@ -197,9 +171,9 @@ lsan_diff() { # lsan_diff <method> <cycles>
 }
 export scratch hsdir asan
 export -f leak_bytes lsan_diff
-step "asan: LeakSanitizer differential, method 0, 20 vs 500 cycles" 400 bash -c 'lsan_diff 0 500'
+suite_step "asan: LeakSanitizer differential, method 0, 20 vs 500 cycles" 400 bash -c 'lsan_diff 0 500'
 if [ $has_fabric = 1 ]; then
-  step "asan: LeakSanitizer differential, method 1 (shm), 80 cycles" 400 bash -c 'lsan_diff 1 80'
+  suite_step "asan: LeakSanitizer differential, method 1 (shm), 80 cycles" 400 bash -c 'lsan_diff 1 80'
 fi
 
 # ---- 4. valgrind ----------------------------------------------------------------------
@@ -215,7 +189,7 @@ if [ "${DDS_SKIP_VALGRIND:-0}" != 1 ] && command -v valgrind >/dev/null; then
 EOF
   vsupp=(--suppressions="$scratch/valgrind.supp")
   [ -f /usr/share/openmpi/openmpi-valgrind.supp ] && vsupp+=(--suppressions=/usr/share/openmpi/openmpi-valgrind.supp)
-  step "valgrind memcheck: test_badinput np=2" 300 \
+  suite_step "valgrind memcheck: test_badinput np=2" 300 \
     env DDSTORE_METHOD=0 mpiexec -n 2 valgrind -q --error-exitcode=99 "${vsupp[@]}" "$bad"
 fi
 
@@ -225,16 +199,15 @@ for c in clang clang-16 clang-15 clang-14; do
   if command -v $c >/dev/null; then clang_bin=$c; break; fi
 done
 if [ -z "$clang_bin" ]; then
-  echo "FAILED: fuzzing needs clang with libFuzzer (Debian: apt install clang libclang-rt-14-dev)"
-  failures=$((failures + 1)); failed_steps+=("fuzzing: no clang")
+  suite_fail "fuzzing needs clang with libFuzzer (Debian: apt install clang libclang-rt-14-dev)"
 else
   fz="$scratch/fuzz"
   mkdir -p "$fz/artifacts"
   if [ ! -f "$fuzzb/build.ninja" ]; then
-    step "fuzz: meson setup (CC=$clang_bin ${fuzz_opts[*]})" 120 env CC="$clang_bin" nice meson setup "$fuzzb" . \
+    suite_step "fuzz: meson setup (CC=$clang_bin ${fuzz_opts[*]})" 120 env CC="$clang_bin" nice meson setup "$fuzzb" . \
       "${fuzz_opts[@]}"
   fi
-  step "fuzz: build fuzz_handshake, fuzz_name, gen_corpus" 300 nice ninja -C "$fuzzb" -j2 \
+  suite_step "fuzz: build fuzz_handshake, fuzz_name, gen_corpus" 300 nice ninja -C "$fuzzb" -j2 \
     tests/fuzz_handshake tests/fuzz_name tests/gen_corpus
   fbin="$fuzzb/tests"
   if [ -x "$fbin/fuzz_handshake" ] && [ -x "$fbin/fuzz_name" ] && [ -x "$fbin/gen_corpus" ]; then
@@ -258,22 +231,16 @@ else
     }
     export fz fbin scratch
     export -f fuzz_run
-    step "fuzz: handshake parser ${fuzz_hs} s" $((fuzz_hs + 60)) \
+    suite_step "fuzz: handshake parser ${fuzz_hs} s" $((fuzz_hs + 60)) \
       bash -c 'fuzz_run fuzz_handshake "$0" "$fz/work-hs"' "$fuzz_hs"
-    step "fuzz: name validator ${fuzz_name} s" $((fuzz_name + 60)) \
+    suite_step "fuzz: name validator ${fuzz_name} s" $((fuzz_name + 60)) \
       bash -c 'fuzz_run fuzz_name "$0" "$fz/work-name"' "$fuzz_name"
   fi
 fi
 
 # ---- 6. MPICH -----------------------------------------------------------------------------
 if [ "${DDS_SKIP_MPICH:-0}" != 1 ]; then
-  step "MPICH (ci/mpich.sh)" 600 bash ci/mpich.sh
+  suite_step "MPICH (ci/mpich.sh)" 600 bash ci/mpich.sh
 fi
 
-echo "=== C reliability tests: $((SECONDS - t_start)) s, $failures failure(s), ${#skipped_steps[@]} step(s) skipped for time"
-[ ${#skipped_steps[@]} -eq 0 ] || printf '  skipped for time: %s\n' "${skipped_steps[@]}"
-if [ "$failures" -ne 0 ]; then
-  printf '  failed: %s\n' "${failed_steps[@]}"
-  exit 1
-fi
-echo "C reliability tests passed"
+suite_end

@@ -18,50 +18,32 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-if [ $# -ne 1 ] || [ ! -d "$1" ]; then
-  echo "usage: bash tests/c/tsan-tests.sh <meson builddir with libddstore built>" >&2
-  exit 2
-fi
-build="$(cd "$1" && pwd)"
+source ci/suite.sh
+suite_build_arg tests/c/tsan-tests.sh "$@"
 tsan="${build}-tsan"
-source ci/env.sh
-export OMPI_MCA_rmaps_base_oversubscribe=1 FI_TCP_IFACE=lo
 if ! grep -q libfabric <<<"$(ldd "$build/subprojects/libddstore/libddstore.so")"; then
   echo "tsan-tests: libddstore built without libfabric; nothing concurrent to check"
   exit 0
 fi
-failures=0
-step() { # step <label> <timeout-seconds> <command...>
-  local label=$1 t=$2 t0=$SECONDS; shift 2
-  echo "--- $label"
-  if ! timeout -k 10 "$t" "$@"; then
-    echo "FAILED: $label"
-    failures=$((failures + 1))
-  fi
-  echo "    ($((SECONDS - t0)) s)"
-}
+suite_begin tsan-tests
 if [ ! -f "$tsan/build.ninja" ]; then
   # -Db_sanitize=thread -Db_lundef=false -Dlibddstore:libfabric=enabled (tests/manifest.toml's [builds] tsan)
   opts=$(python3 ci/manifest.py --build tsan) && mapfile -t tsan_opts <<<"$opts" \
     || { echo "tsan-tests: no tsan build options in tests/manifest.toml" >&2; exit 2; }
-  step "tsan: meson setup" 120 nice meson setup "$tsan" . "${tsan_opts[@]}"
+  suite_step "tsan: meson setup" 120 nice meson setup "$tsan" . "${tsan_opts[@]}"
 fi
-step "tsan: build" 400 nice ninja -C "$tsan"
-[ $failures -eq 0 ] || exit 1
+suite_step "tsan: build" 400 nice ninja -C "$tsan"
+[ ${#suite_failed[@]} -eq 0 ] || suite_end
 export TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0 suppressions=$root/tests/c/tsan.supp"
 hs="$(mktemp -d /tmp/ddstore-tsan-hs.XXXXXX)"
 trap 'rm -rf "$hs"' EXIT
 for m in 1 2; do
   for prov in shm tcp; do
-    step "tsan: test_fabric method $m $prov np=2, 8 threads" 300 \
+    suite_step "tsan: test_fabric method $m $prov np=2, 8 threads" 300 \
       env DDS_TEST_THREADS=8 DDS_TEST_SKIP_BUSY=1 DDSTORE_METHOD=$m DDSTORE_FABRIC=$prov \
       DDSTORE_NODE_LOCAL=0 DDSTORE_HANDSHAKE_DIR="$hs/m$m-$prov" mpiexec -n 2 "$tsan/tests/test_fabric"
   done
 done
-step "tsan: test_remote_write shm np=2" 300 \
+suite_step "tsan: test_remote_write shm np=2" 300 \
   env DDSTORE_FABRIC=shm mpiexec -n 2 "$tsan/tests/test_remote_write" "$tsan/tests/remote_write_probe"
-if [ $failures -ne 0 ]; then
-  echo "tsan-tests: $failures failure(s)"
-  exit 1
-fi
-echo "tsan-tests: no ThreadSanitizer report"
+suite_end  # all steps passed: no ThreadSanitizer report

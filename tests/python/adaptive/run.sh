@@ -11,23 +11,13 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$root"
-source ci/env.sh
-py="${PYTHON:-python}"
+source ci/suite.sh
+suite_begin "adaptive suite"
 work="$(mktemp -d "${TMPDIR:-/tmp}/pyddstore-adaptive-XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-failures=0
-run() { # run <label> <timeout-seconds> <command...>
-  local label=$1 t=$2; shift 2
-  echo "=== $label"
-  if ! timeout -k 10 "$t" "$@"; then
-    echo "FAILED: $label"
-    failures=$((failures + 1))
-  fi
-}
-
 for n in 1 4 2; do
-  run "pytest tests/python/adaptive np=$n" 300 env PYDDSTORE_ADAPTIVE_RESTART_DIR="$work" \
+  suite_step "pytest tests/python/adaptive np=$n" 300 env PYDDSTORE_ADAPTIVE_RESTART_DIR="$work" \
     mpiexec -n "$n" "$py" tests/python/run_pytest.py -q --color=no tests/python/adaptive
 done
 
@@ -42,12 +32,6 @@ example() { # example <ranks>: the port runs, learns, and writes its TensorBoard
   "$py" -c "import sys; a = float(sys.argv[1]); print('accuracy', a); sys.exit(0 if a > 0.6 else 1)" "${acc:-0}"
 }
 for n in 1 2 4; do
-  echo "=== examples/adaptdl_port.py np=$n"
-  example "$n" || { echo "FAILED: examples/adaptdl_port.py np=$n"; failures=$((failures + 1)); }
+  suite_check "examples/adaptdl_port.py np=$n" example "$n"
 done
-
-if [ "$failures" -ne 0 ]; then
-  echo "adaptive suite: $failures run(s) failed"
-  exit 1
-fi
-echo "adaptive suite: all runs passed"
+suite_end

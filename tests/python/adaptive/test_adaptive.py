@@ -20,6 +20,13 @@ def mse(model, x, y):
     return 0.5 * ((model(x).squeeze(1) - y) ** 2).mean()
 
 
+def sgd_step(adp, opt, x, y):
+    """One optimizer step of the mean squared error through `adp`."""
+    opt.zero_grad()
+    mse(adp, x, y).backward()
+    opt.step()
+
+
 def linear(d, weight=None):
     m = torch.nn.Linear(d, 1, bias=False)
     with torch.no_grad():
@@ -69,9 +76,7 @@ def test_noise_scale_from_ddp_matches_linear_regression(pg):
     try:
         for _ in adl.remaining_epochs_until(1):
             for x, y, _i in loader:
-                opt.zero_grad()
-                mse(adp, x, y).backward()
-                opt.step()
+                sgd_step(adp, opt, x, y)
                 steps += 1
                 if steps == 200:
                     break
@@ -112,9 +117,7 @@ def train_until(ds, d, w, target, autoscale, max_steps=400):
     try:
         for _ in adl.remaining_epochs_until(50):
             for x, y, _i in loader:
-                opt.zero_grad()
-                mse(adp, x, y).backward()
-                opt.step()
+                sgd_step(adp, opt, x, y)
                 if loader.is_accum_step():
                     continue
                 steps += 1
@@ -175,9 +178,7 @@ def test_gradient_accumulation_equals_one_big_batch(pg):
         for _ in adl.remaining_epochs_until(1):
             for x, y, _i in loader:
                 before = model.weight.detach().clone()
-                opt.zero_grad()
-                mse(adp, x, y).backward()
-                opt.step()
+                sgd_step(adp, opt, x, y)
                 micro.append((x, y))
                 if loader.is_accum_step():
                     assert torch.equal(model.weight, before)      # no step, no all-reduce
@@ -209,9 +210,7 @@ def run_steps(loader, adp, opt, n, record=None, save_at=None):
     """
     seen, steps = [], 0
     for x, y, i in loader:
-        opt.zero_grad()
-        mse(adp, x, y).backward()
-        opt.step()
+        sgd_step(adp, opt, x, y)
         seen.append(i.tolist())
         if loader.is_optim_step():
             steps += 1
@@ -506,9 +505,7 @@ def test_tensorboard_receives_the_metrics(pg):
         writer = SummaryWriter(logdir) if comm.Get_rank() == 0 else None
         for epoch in adl.remaining_epochs_until(1):
             for step, (x, y, _i) in enumerate(loader):
-                opt.zero_grad()
-                mse(adp, x, y).backward()
-                opt.step()
+                sgd_step(adp, opt, x, y)
                 if step == 20:
                     break
             if writer is not None:

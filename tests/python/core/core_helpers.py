@@ -4,11 +4,11 @@ Data is a pure function of (variable salt, global row, element), so every
 rank can compute what any row must hold and compare bit-exact.
 """
 import os
-import tempfile
 
 import numpy as np
 
 from pyddstore import PyDDStore
+from suite_helpers import shared_tmpdir  # noqa: F401  (the suite imports it from here)
 
 # The suite runs with the method the environment selects (DDSTORE_METHOD,
 # default 0) so the same tests cover methods 1 and 2 when run with it set.
@@ -62,12 +62,6 @@ def same_bytes(a, b):
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-
-
-def shared_tmpdir(comm):
-    """A directory name agreed by all ranks (rank 0 creates it)."""
-    d = tempfile.mkdtemp(prefix="ddstore-core-") if comm.Get_rank() == 0 else None
-    return comm.bcast(d, root=0)
 
 
 def make_store(comm, width=None, **kw):

@@ -1,5 +1,7 @@
 """Every rank writes rows derived from their global index and reads all of
 them back, bit-exact, through get, get_batch and get_ranges."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -15,10 +17,19 @@ def _store(comm, spec):
     return make_store(comm, width_value(spec, comm.Get_size()))
 
 
+@contextlib.contextmanager
+def _filled(comm, spec, name, row_shape, dtype, salt=0):
+    """A store of width `spec` holding `name`, each rank's rows derived from
+    their global index; yields the store and every row as it must read back.
+    Freed at the end."""
+    with _store(comm, spec) as s:
+        s.add(name, local_values(s, row_shape, dtype, salt=salt))
+        yield s, values(np.arange(s.query(name).global_rows), row_shape, dtype, salt=salt)
+
+
 @pytest.mark.parametrize("spec", WIDTHS)
 def test_groups(comm, spec):
-    s = _store(comm, spec)
-    try:
+    with _store(comm, spec) as s:
         w = comm.Get_size() if spec == "full" else int(spec)
         assert s.width == w and s.group_size == w
         assert s.group_index == comm.Get_rank() // w
@@ -26,17 +37,13 @@ def test_groups(comm, spec):
         assert s.rank == comm.Get_rank() and s.size == comm.Get_size()
         assert s.group_comm.Get_size() == w and s.group_comm.Get_rank() == s.group_rank
         assert s.comm is comm
-    finally:
-        s.free()
 
 
 @pytest.mark.parametrize("spec", WIDTHS)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_every_dtype_all_rows(comm, spec, dtype):
-    s = _store(comm, spec)
-    try:
-        shape = (3,)
-        s.add("v", local_values(s, shape, dtype))
+    shape = (3,)
+    with _filled(comm, spec, "v", shape, dtype) as (s, want):
         _, offsets = layout(s.group_size)
         total = int(offsets[-1])
         q = s.query("v")
@@ -45,7 +52,6 @@ def test_every_dtype_all_rows(comm, spec, dtype):
         assert list(q.offsets) == list(offsets)
         assert q.first_row == offsets[s.group_rank]
         assert q.local_rows == offsets[s.group_rank + 1] - offsets[s.group_rank]
-        want = values(np.arange(total), shape, dtype)
         out = np.zeros((total,) + shape, dtype=dtype)
         s.get("v", out, 0)  # spans every shard
         assert same_bytes(out, want)
@@ -53,17 +59,12 @@ def test_every_dtype_all_rows(comm, spec, dtype):
             one = np.zeros((1,) + shape, dtype=dtype)
             s.get("v", one, np.int64(g))
             assert same_bytes(one, want[g:g + 1])
-    finally:
-        s.free()
 
 
 @pytest.mark.parametrize("spec", WIDTHS)
 def test_spanning_and_zero_row_reads(comm, spec):
-    s = _store(comm, spec)
-    try:
-        s.add("a", local_values(s, (2,), "int64"))
-        total = s.query("a").global_rows
-        want = values(np.arange(total), (2,), "int64")
+    with _filled(comm, spec, "a", (2,), "int64") as (s, want):
+        total = len(want)
         for start in range(total + 1):
             for n in range(total - start + 1):
                 out = np.full((n, 2), -1, dtype=np.int64)
@@ -72,14 +73,11 @@ def test_spanning_and_zero_row_reads(comm, spec):
         empty = np.zeros((0, 2), dtype=np.int64)
         s.get("a", empty, total)  # zero rows at the very end
         s.get("a", empty, np.uint32(total))
-    finally:
-        s.free()
 
 
 @pytest.mark.parametrize("spec", WIDTHS)
 def test_row_shapes_1d_2d_3d(comm, spec):
-    s = _store(comm, spec)
-    try:
+    with _store(comm, spec) as s:
         shapes = {"one": (), "two": (4,), "three": (2, 3), "four": (2, 1, 3)}
         for i, (name, shape) in enumerate(shapes.items()):
             s.add(name, local_values(s, shape, "float32", salt=i))
@@ -93,18 +91,13 @@ def test_row_shapes_1d_2d_3d(comm, spec):
             assert same_bytes(out, want)
             total, disp, itemsize = s.info(name)
             assert (total, disp, itemsize) == (q.global_rows, max(1, int(np.prod(shape))), 4)
-    finally:
-        s.free()
 
 
 @pytest.mark.parametrize("spec", WIDTHS)
 def test_get_batch_random_order_with_repeats(comm, spec):
-    s = _store(comm, spec)
-    try:
-        s.add("x", local_values(s, (3,), "float64"))
+    with _filled(comm, spec, "x", (3,), "float64") as (s, wx):
         s.add("y", local_values(s, (), "int32", salt=5))
-        total = s.query("x").global_rows
-        wx = values(np.arange(total), (3,), "float64")
+        total = len(wx)
         wy = values(np.arange(total), (), "int32", salt=5)
         rng = np.random.default_rng(1234 + comm.Get_rank())
         for it in range(5):
@@ -124,17 +117,12 @@ def test_get_batch_random_order_with_repeats(comm, spec):
         out = np.zeros((total, 3))
         s.get_batch("x", out, rows)
         assert same_bytes(out, wx[::-1])
-    finally:
-        s.free()
 
 
 @pytest.mark.parametrize("spec", WIDTHS)
 def test_get_ranges(comm, spec):
-    s = _store(comm, spec)
-    try:
-        s.add("r", local_values(s, (2,), "uint16"))
-        total = s.query("r").global_rows
-        want = values(np.arange(total), (2,), "uint16")
+    with _filled(comm, spec, "r", (2,), "uint16") as (s, want):
+        total = len(want)
         starts = [0, total - 1, 1, 0, total, 2]
         counts = [total, 1, 0, 2, 0, total - 2]
         n = sum(counts)
@@ -143,8 +131,6 @@ def test_get_ranges(comm, spec):
         expect = np.concatenate([want[a:a + c] for a, c in zip(starts, counts)])
         assert same_bytes(out, expect)
         s.get_ranges("r", np.zeros((0, 2), dtype=np.uint16), [], [])
-    finally:
-        s.free()
 
 
 def test_several_variables_and_stores_side_by_side(comm):
@@ -182,8 +168,7 @@ def test_torch_cpu_tensor_and_buffers(comm):
     torch = pytest.importorskip("torch")
     if not hasattr(torch, "from_numpy"):  # tests/python/torch seen as a namespace package
         pytest.skip("torch is not installed")
-    s = make_store(comm)
-    try:
+    with make_store(comm) as s:
         s.add("t", torch.from_numpy(local_values(s, (4,), "float32")))
         total = s.query("t").global_rows
         want = values(np.arange(total), (4,), "float32")
@@ -199,13 +184,10 @@ def test_torch_cpu_tensor_and_buffers(comm):
         ba = bytearray(nb)
         s.get("b", ba)
         assert bytes(ba) == values(np.arange(nb), (), "uint8").tobytes()
-    finally:
-        s.free()
 
 
 def test_stats(comm):
-    s = make_store(comm)
-    try:
+    with make_store(comm) as s:
         s.add("s", local_values(s, (2,), "int64"))
         s.reset_stats()
         total = s.query("s").global_rows
@@ -218,5 +200,3 @@ def test_stats(comm):
         assert st["read_seconds"] >= 0
         s.reset_stats()
         assert s.stats()["read_calls"] == 0
-    finally:
-        s.free()

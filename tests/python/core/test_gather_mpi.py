@@ -18,6 +18,7 @@ import pyddstore
 from pyddstore import DDStoreError
 
 from core_helpers import METHOD, make_store
+from suite_helpers import owners_of, remote_owners
 
 pytestmark = pytest.mark.skipif(METHOD != 0, reason="method 0 only")
 
@@ -35,7 +36,8 @@ def gather_store(comm, **settings):
 
 
 def add_rows(s, comm, name, row_bytes, salt=0):
-    """Shards of unequal sizes (one rank of four holds none); returns every row."""
+    """Shards of unequal sizes (one rank of four holds none); returns every
+    row and the offsets (each rank's first row, then the total)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     counts = [(37 * (r + 1) + salt) % 61 + (0 if r == 2 else 5) for r in range(size)]
     if size > 2:
@@ -44,7 +46,7 @@ def add_rows(s, comm, name, row_bytes, salt=0):
     every = rng.integers(0, 256, size=(sum(counts), row_bytes), dtype=np.uint8)
     lo = sum(counts[:rank])
     s.add(name, np.ascontiguousarray(every[lo:lo + counts[rank]]))
-    return every, counts
+    return every, np.concatenate([[0], np.cumsum(counts)])
 
 
 def near_ranks(s):
@@ -56,21 +58,12 @@ def near_ranks(s):
     return {r for r, name in enumerate(names) if name == names[s.group_rank]}
 
 
-def owners_of(counts, rows):
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    return np.searchsorted(offsets, rows, side="right") - 1
-
-
-def remote_owners(near, counts, rows):
-    return len(set(owners_of(counts, rows).tolist()) - near)
-
-
 @pytest.mark.parametrize("row_bytes", ROW_SIZES)
 def test_batches_bit_exact_and_counted(comm, row_bytes):
     s = gather_store(comm)
     try:
         assert s.info()["read_protocol"].startswith("owner-side gather")
-        every, counts = add_rows(s, comm, "g", row_bytes)
+        every, off = add_rows(s, comm, "g", row_bytes)
         near = near_ranks(s)
         rng = np.random.default_rng(comm.Get_rank() + 11)
         for k in range(6):
@@ -84,8 +77,8 @@ def test_batches_bit_exact_and_counted(comm, row_bytes):
             s.get_batch("g", out, rows)
             assert out.tobytes() == every[rows].tobytes()
             st = s.stats()
-            assert st["gather_requests"] == remote_owners(near, counts, rows)
-            far = ~np.isin(owners_of(counts, rows), list(near))
+            assert st["gather_requests"] == remote_owners(off, rows, near)
+            far = ~np.isin(owners_of(off, rows), list(near))
             assert st["gather_bytes"] == int(far.sum()) * row_bytes
     finally:
         s.free()
@@ -94,7 +87,7 @@ def test_batches_bit_exact_and_counted(comm, row_bytes):
 def test_get_ranges_spanning_shards(comm):
     s = gather_store(comm)
     try:
-        every, counts = add_rows(s, comm, "r", 12)
+        every, off = add_rows(s, comm, "r", 12)
         near = near_ranks(s)
         total = len(every)
         rng = np.random.default_rng(comm.Get_rank() + 3)
@@ -107,7 +100,7 @@ def test_get_ranges_spanning_shards(comm):
         want = np.concatenate([every[a:a + b] for a, b in zip(starts, lens)])
         assert out.tobytes() == want.tobytes()
         assert s.stats()["gather_requests"] == sum(1 for r in range(s.group_size)
-                                                   if r not in near and counts[r])
+                                                   if r not in near and off[r + 1] > off[r])
     finally:
         s.free()
 
@@ -118,7 +111,7 @@ def test_batches_larger_than_a_round(comm, row_bytes):
     them, transfers longer than a round split."""
     s = gather_store(comm, DDSTORE_GATHER_ROUND_BYTES=5000)
     try:
-        every, counts = add_rows(s, comm, "big", row_bytes, salt=1)
+        every, off = add_rows(s, comm, "big", row_bytes, salt=1)
         near = near_ranks(s)
         rng = np.random.default_rng(comm.Get_rank())
         n = 50 + 400 * comm.Get_rank()
@@ -127,7 +120,7 @@ def test_batches_larger_than_a_round(comm, row_bytes):
         s.reset_stats()
         s.get_batch("big", out, rows)
         assert out.tobytes() == every[rows].tobytes()
-        assert s.stats()["gather_requests"] == remote_owners(near, counts, rows)
+        assert s.stats()["gather_requests"] == remote_owners(off, rows, near)
         out = np.zeros((len(every), row_bytes), dtype=np.uint8)
         s.get_ranges("big", out, [0], [len(every)])
         assert out.tobytes() == every.tobytes()

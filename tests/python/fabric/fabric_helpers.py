@@ -4,12 +4,12 @@ Row content is a pure function of (salt, global row, element), so a core
 rank and a reader process in another job can both compute what any row must
 hold and compare bit-exact.
 """
-import contextlib
 import os
-import tempfile
 import threading
 
 import numpy as np
+
+from suite_helpers import environ, shared_tmpdir  # noqa: F401  (the suite imports them from here)
 
 # Provider the suite runs on: DDSTORE_FABRIC (shm or tcp with FI_TCP_IFACE=lo
 # on a single machine), shm by default.
@@ -58,36 +58,17 @@ def local_values(rank, size, row_shape, dtype, salt):
     return values(np.arange(off[rank], off[rank + 1]), row_shape, dtype, salt)
 
 
-def shared_tmpdir(comm, prefix):
-    """A fresh directory name agreed by all ranks (rank 0 creates the parent)."""
-    d = tempfile.mkdtemp(prefix=prefix) if comm.Get_rank() == 0 else None
-    return comm.bcast(d, root=0)
+def add_rows(store, rank, size, name, row_shape, dtype, salt):
+    """Add rank `rank`'s shard of `name` to `store`; returns every row of
+    `name`, as reads must give it back."""
+    store.add(name, local_values(rank, size, row_shape, dtype, salt))
+    return values(np.arange(offsets(size)[-1]), row_shape, dtype, salt)
 
 
 def reader_env():
     """The environment of a process of "another job": no MPI launcher variables."""
     return {k: v for k, v in os.environ.items()
             if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPI_LOCALRANK"))}
-
-
-@contextlib.contextmanager
-def environ(**kv):
-    """Set (or, with None, unset) environment variables for the block;
-    libddstore reads them when a store is created."""
-    old = {k: os.environ.get(k) for k in kv}
-    for k, v in kv.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def through_fabric():

@@ -10,7 +10,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # fabric_helpers, and the suite_helpers it imports
 
 import pyddstore  # noqa: E402
 from fabric_helpers import VARIABLES, offsets, values  # noqa: E402

@@ -9,26 +9,17 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$root"
-source ci/env.sh
-py="${PYTHON:-python}"
+source ci/suite.sh
 if ! "$py" -c "import sys, pyddstore; sys.exit(0 if pyddstore.has_fabric() else 1)"; then
   echo "fabric suite: libddstore built without libfabric: skipped"
   exit 0
 fi
 
-failures=0
-run() { # run <label> <timeout-seconds> <command...>
-  local label=$1 t=$2; shift 2
-  echo "=== $label"
-  if ! timeout -k 10 "$t" "$@"; then
-    echo "FAILED: $label"
-    failures=$((failures + 1))
-  fi
-}
+suite_begin "fabric suite"
 
 for prov in shm tcp; do
   for n in 1 2 4; do
-    run "fabric suite $prov np=$n" 180 env DDSTORE_FABRIC=$prov \
+    suite_step "fabric suite $prov np=$n" 180 env DDSTORE_FABRIC=$prov \
       mpiexec -n $n "$py" tests/python/run_pytest.py -q --color=no tests/python/fabric
   done
 done
@@ -38,12 +29,7 @@ done
 # ranks) with shm only; ci/test.sh gives this script 900 s in all.
 for spec in "1 shm 2" "1 shm 4" "1 tcp 2" "2 shm 2"; do
   set -- $spec
-  run "core suite method=$1 $2 np=$3" 300 env DDSTORE_METHOD=$1 DDSTORE_FABRIC=$2 DDSTORE_NODE_LOCAL=0 \
+  suite_step "core suite method=$1 $2 np=$3" 300 env DDSTORE_METHOD=$1 DDSTORE_FABRIC=$2 DDSTORE_NODE_LOCAL=0 \
     mpiexec -n $3 "$py" tests/python/run_pytest.py -q --color=no tests/python/core
 done
-
-if [ "$failures" -ne 0 ]; then
-  echo "fabric suite: $failures run(s) failed"
-  exit 1
-fi
-echo "fabric suite: all runs passed"
+suite_end

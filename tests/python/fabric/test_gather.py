@@ -11,7 +11,9 @@ import pytest
 import pyddstore
 from pyddstore import PyDDStore
 
-from fabric_helpers import PROVIDER, environ, local_values, offsets, read_in_threads, shared_tmpdir, values
+from fabric_helpers import (PROVIDER, add_rows, environ, local_values, offsets, read_in_threads, shared_tmpdir,
+                            values)
+from suite_helpers import remote_owners
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
 
@@ -22,41 +24,38 @@ def make_store(comm, method=1, gather=None, hs=None):
         return PyDDStore(comm, method, fabric=PROVIDER, **kw)
 
 
-def remote_owners(rows, off, rank):
-    owners = np.searchsorted(off, rows, side="right") - 1
-    return len(set(owners.tolist()) - {rank})
+def counted_batch(s, name, rows, shape, dtype, salt):
+    """get_batch of `rows` of `name` (row shape, dtype and salt as added),
+    checked bit-exact; returns how many gather requests it sent."""
+    out = np.zeros((len(rows),) + shape, dtype=dtype)
+    before = s.stats()["gather_requests"]
+    s.get_batch(name, out, rows)
+    assert out.tobytes() == values(rows, shape, dtype, salt).tobytes()
+    return s.stats()["gather_requests"] - before
 
 
 def test_read_protocol_is_gather_on_software_rma(comm):
-    s = make_store(comm)
-    try:
+    with make_store(comm) as s:
         proto = s.info()["read_protocol"]
         if comm.Get_size() > 1 and PROVIDER in ("tcp", "shm"):
             assert proto.startswith("owner-side gather"), proto
-    finally:
-        s.free()
 
 
 @pytest.mark.parametrize("shape,dtype", [((), "int64"), ((3,), "float32"), ((4097,), "uint8"),
                                          ((70000,), "uint8")])
 def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape, dtype):
-    s = make_store(comm, gather="always")  # rows of 32 KiB and more: auto reads them one-sided
-    try:
-        s.add("g", local_values(rank, size, shape, dtype, 7))
+    # "always": under "auto", rows of 32 KiB and more would be read one-sided
+    with make_store(comm, gather="always") as s:
+        want = add_rows(s, rank, size, "g", shape, dtype, 7)
         off = offsets(size)
-        total = int(off[-1])
-        want = values(np.arange(total), shape, dtype, 7)
+        total = len(want)
         rng = np.random.default_rng(rank + 100)
         big = np.dtype(dtype).itemsize * int(np.prod(shape)) > 10000
         for k in ((1, 7, 40) if big else (1, 7, 64, 300)):
             rows = rng.integers(0, total, size=k)
             rows[:k // 2] = rows[k // 2:2 * (k // 2)]  # repeats
-            out = np.zeros((k,) + shape, dtype=dtype)
-            before = s.stats()["gather_requests"]
-            s.get_batch("g", out, rows)
-            assert out.tobytes() == want[rows].tobytes()
-            n = s.stats()["gather_requests"] - before
-            assert n == remote_owners(rows, off, rank), (n, k)
+            n = counted_batch(s, "g", rows, shape, dtype, 7)
+            assert n == remote_owners(off, rows, {rank}), (n, k)
         # Contiguous reads spanning every shard.
         outc = np.zeros((total,) + shape, dtype=dtype)
         s.get("g", outc, 0)
@@ -66,36 +65,23 @@ def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape,
             s.get("g", outm, 1)
             assert outm.tobytes() == want[1:total - 1].tobytes()
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_large_batches_split_into_several_requests(comm, rank, size):
     """More rows than one request carries (3584), and a reply over 8 MiB."""
-    s = make_store(comm, gather="always")
-    try:
+    with make_store(comm, gather="always") as s:
         s.add("small", local_values(rank, size, (), "int32", 8))
         s.add("big", local_values(rank, size, (1 << 20,), "uint8", 9))
-        off = offsets(size)
-        total = int(off[-1])
+        total = int(offsets(size)[-1])
         rng = np.random.default_rng(rank)
-        rows = rng.integers(0, total, size=10000)
-        out = np.zeros(10000, dtype=np.int32)
-        s.get_batch("small", out, rows)
-        assert out.tobytes() == values(rows, (), "int32", 8).tobytes()
-        rows = rng.integers(0, total, size=12)
-        outb = np.zeros((12, 1 << 20), dtype=np.uint8)
-        s.get_batch("big", outb, rows)
-        assert outb.tobytes() == values(rows, (1 << 20,), "uint8", 9).tobytes()
+        counted_batch(s, "small", rng.integers(0, total, size=10000), (), "int32", 8)
+        counted_batch(s, "big", rng.integers(0, total, size=12), (1 << 20,), "uint8", 9)
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_auto_reads_large_rows_one_sided(comm, rank, size):
     """On software RMA, auto gathers rows under 32 KiB and reads larger ones one-sided."""
-    s = make_store(comm)
-    try:
+    with make_store(comm) as s:
         proto = s.info()["read_protocol"]
         if PROVIDER in ("tcp", "shm"):
             assert "rows under 32768 bytes" in proto, proto
@@ -105,43 +91,27 @@ def test_auto_reads_large_rows_one_sided(comm, rank, size):
         total = int(off[-1])
         rows = np.random.default_rng(rank + 7).integers(0, total, size=9)
         for name, width, salt, gathered in (("small", 32767, 12, True), ("large", 32768, 13, False)):
-            out = np.zeros((9, width), dtype=np.uint8)
-            before = s.stats()["gather_requests"]
-            s.get_batch(name, out, rows)
-            assert out.tobytes() == values(rows, (width,), "uint8", salt).tobytes()
-            n = s.stats()["gather_requests"] - before
-            assert n == (remote_owners(rows, off, rank) if gathered else 0), (name, n)
+            n = counted_batch(s, name, rows, (width,), "uint8", salt)
+            assert n == (remote_owners(off, rows, {rank}) if gathered else 0), (name, n)
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_gather_never_sends_no_request(comm, rank, size):
-    s = make_store(comm, gather="never")
-    try:
+    with make_store(comm, gather="never") as s:
         assert s.info()["read_protocol"].startswith("one-sided reads"), s.info()["read_protocol"]
         s.add("n", local_values(rank, size, (5,), "int16", 10))
         total = int(offsets(size)[-1])
         rows = np.random.default_rng(rank).integers(0, total, size=200)
-        out = np.zeros((200, 5), dtype=np.int16)
-        s.get_batch("n", out, rows)
-        assert out.tobytes() == values(rows, (5,), "int16", 10).tobytes()
+        assert counted_batch(s, "n", rows, (5,), "int16", 10) == 0
         assert s.stats()["gather_requests"] == 0
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_four_threads_gather_concurrently(comm, rank, size):
-    s = make_store(comm)
-    try:
-        s.add("t", local_values(rank, size, (17,), "float64", 11))
-        total = int(offsets(size)[-1])
-        want = values(np.arange(total), (17,), "float64", 11)
+    with make_store(comm) as s:
+        want = add_rows(s, rank, size, "t", (17,), "float64", 11)
         read_in_threads(s, "t", want, [rank * 10 + i for i in range(4)], batches=60, most_rows=199)
         comm.Barrier()
-    finally:
-        s.free()
 
 
 def test_method2_reader_gets_replies(comm, rank, size):
@@ -165,7 +135,7 @@ def test_method2_reader_gets_replies(comm, rank, size):
                 if PROVIDER == "tcp":
                     assert r.info()["read_protocol"].startswith("owner-side gather")
                     # A reader owns no rows: every owner is remote.
-                    assert r.stats()["gather_requests"] == remote_owners(rows, off, -1)
+                    assert r.stats()["gather_requests"] == remote_owners(off, rows, set())
             finally:
                 r.free()
         comm.Barrier()

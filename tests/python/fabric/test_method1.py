@@ -9,7 +9,7 @@ import pytest
 import pyddstore
 from pyddstore import DDStoreError, PyDDStore
 
-from fabric_helpers import PROVIDER, local_values, offsets, read_in_threads, rows_of, through_fabric, values
+from fabric_helpers import PROVIDER, add_rows, local_values, offsets, read_in_threads, rows_of, through_fabric, values
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
 
@@ -54,18 +54,15 @@ def test_read_while_the_owner_computes(store, comm, rank, size):
 
 def test_four_threads_read_concurrently(store, comm, rank, size):
     s = store
-    s.add("t", local_values(rank, size, (33,), "int16", 6))
-    total = int(offsets(size)[-1])
-    want = values(np.arange(total), (33,), "int16", 6)
+    want = add_rows(s, rank, size, "t", (33,), "int16", 6)
     read_in_threads(s, "t", want, [rank * 10 + i for i in range(4)], batches=40, most_rows=64)
     comm.Barrier()
 
 
 def test_registered_receive_buffer(store, comm, rank, size):
     s = store
-    s.add("r", local_values(rank, size, (100,), "uint8", 7))
-    total = int(offsets(size)[-1])
-    want = values(np.arange(total), (100,), "uint8", 7)
+    want = add_rows(s, rank, size, "r", (100,), "uint8", 7)
+    total = len(want)
     buf = np.zeros((total, 100), dtype=np.uint8)
     s.register_recv(buf)
     for start in range(total):

@@ -66,6 +66,21 @@ def write_dataset(root, table, files=3, row_group_size=13):
     return root
 
 
+def write_counted_dataset(root, n, width, seed, files, row_group_size):
+    """A dataset of n rows (x: `width` random float32, y: the row index) for
+    the tests that count bytes read, and a ParquetSource over it through a
+    CountingFileSystem; returns (source, counting file system, x)."""
+    import pyarrow.fs as pafs
+
+    from pyddstore.torch.parquet import CountingFileSystem, ParquetSource
+
+    x = np.random.default_rng(seed).standard_normal((n, width)).astype(np.float32)
+    t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), width), "y": pa.array(np.arange(n))})
+    root = write_dataset(root, t, files=files, row_group_size=row_group_size)
+    cfs = CountingFileSystem(pafs.LocalFileSystem())
+    return ParquetSource(str(root), filesystem=cfs.filesystem), cfs, x
+
+
 def expected_numpy(table):
     """The numpy value of every column, derived from pyarrow's own reading of the data."""
     out = {}

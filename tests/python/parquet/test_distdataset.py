@@ -57,17 +57,10 @@ def test_filtered_source_into_store(dataset_dir, mpi_comm):
 def test_each_rank_reads_about_its_share(workdir, mpi_comm):
     """Through DistDataset: the bytes a rank reads from storage while loading stay close to
     its share of the data (row groups covering the share, plus at most one at each end)."""
-    import pyarrow.fs as pafs
-
-    from conftest import write_dataset
-    from pyddstore.torch.parquet import CountingFileSystem
+    from conftest import write_counted_dataset
 
     n = 6000
-    x = np.random.default_rng(5).standard_normal((n, 24)).astype(np.float32)
-    t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 24), "y": pa.array(np.arange(n))})
-    root = write_dataset(workdir / "dd_share", t, files=2, row_group_size=200)
-    cfs = CountingFileSystem(pafs.LocalFileSystem())
-    src = ParquetSource(str(root), filesystem=cfs.filesystem)
+    src, cfs, x = write_counted_dataset(workdir / "dd_share", n, 24, seed=5, files=2, row_group_size=200)
     cfs.reset()  # footers read at construction are not part of the share
     ds = dataset.DistDataset(src, "pq_share", comm=mpi_comm, chunk_size=700)
     try:

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import ROWS, assert_bit_exact, expected_numpy, write_dataset
+from conftest import ROWS, assert_bit_exact, expected_numpy, write_counted_dataset, write_dataset
 
 pa = pytest.importorskip("pyarrow")
 import pyarrow.compute as pc  # noqa: E402
@@ -64,11 +64,7 @@ def test_ranges_and_items_agree(dataset_dir):
 
 def test_len_reads_no_data(workdir):
     n = 20000
-    x = np.random.default_rng(3).standard_normal((n, 16)).astype(np.float32)
-    t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 16), "y": pa.array(np.arange(n))})
-    root = write_dataset(workdir / "lenonly", t, files=2, row_group_size=1000)
-    cfs = CountingFileSystem(pafs.LocalFileSystem())
-    src = ParquetSource(str(root), filesystem=cfs.filesystem)
+    src, cfs, x = write_counted_dataset(workdir / "lenonly", n, 16, seed=3, files=2, row_group_size=1000)
     assert len(src) == n
     total = sum(os.path.getsize(f) for f in src.files)
     # Arrow reads the last 64 KiB of each file to find the footer; nothing else.

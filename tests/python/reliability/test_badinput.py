@@ -18,15 +18,8 @@ import pytest
 from mpi4py import MPI
 
 import pyddstore
-from pyddstore import (
-    DDStoreError,
-    DDStoreKeyError,
-    DDStoreRangeError,
-    DDStoreStateError,
-    DDStoreTypeError,
-    DDStoreValueError,
-    PyDDStore,
-)
+from pyddstore import (DDStoreError, DDStoreKeyError, DDStoreRangeError, DDStoreStateError, DDStoreTypeError,
+                       DDStoreValueError, PyDDStore)
 from rel_helpers import expected_rows
 
 W = 4  # floats per row of the test variable "v"

@@ -283,15 +283,22 @@ def test_dir_0700_files_0600(tmp_path, fabric_env):
     assert not d.exists(), "the directory this run created is removed at free"
 
 
+def refused_by_core_and_reader(fabric_env, d, core_match, reader_match):
+    """Neither core ranks (core2) nor a reader (pyddstore.join) take the
+    handshake directory `d`; their errors match the patterns."""
+    with pytest.raises(DDStoreError, match=core_match):
+        core2(fabric_env, d)
+    with pytest.raises(DDStoreError, match=reader_match):
+        pyddstore.join("x", handshake_dir=str(d), n_core=1, timeout=1)
+
+
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
 def test_dir_writable_by_others_refused(tmp_path, fabric_env, mode):
     d = tmp_path / "hs"
     d.mkdir()
     os.chmod(d, mode)
-    with pytest.raises(DDStoreError, match=r"writable by group or others .*refusing it"):
-        core2(fabric_env, d)
-    with pytest.raises(DDStoreError, match=r"writable by group or others"):
-        pyddstore.join("x", handshake_dir=str(d), n_core=1, timeout=1)
+    refused_by_core_and_reader(fabric_env, d, r"writable by group or others .*refusing it",
+                               r"writable by group or others")
 
 
 def test_dir_symlink_refused(tmp_path, fabric_env):
@@ -299,10 +306,7 @@ def test_dir_symlink_refused(tmp_path, fabric_env):
     real.mkdir(mode=0o700)
     link = tmp_path / "link"
     link.symlink_to(real)
-    with pytest.raises(DDStoreError, match=r"symbolic link"):
-        core2(fabric_env, link)
-    with pytest.raises(DDStoreError, match=r"symbolic link"):
-        pyddstore.join("x", handshake_dir=str(link), n_core=1, timeout=1)
+    refused_by_core_and_reader(fabric_env, link, r"symbolic link", r"symbolic link")
 
 
 def test_planted_symlinks_not_followed(tmp_path, fabric_env):

@@ -24,8 +24,7 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$root"
-source ci/env.sh
-py="${PYTHON:-python}"
+source ci/suite.sh
 launch=(${DDS_STORAGE_MPIEXEC:-mpiexec})
 base="${DDS_STORAGE_DIR:-/var/tmp}"
 work="$(mktemp -d "$base/pyddstore-storage-XXXXXX")"
@@ -38,19 +37,10 @@ prov=shm; [ "$hosts" -gt 1 ] && prov=tcp
 fabric=0
 "$py" -c "import sys, pyddstore; sys.exit(0 if pyddstore.has_fabric() else 1)" && fabric=1
 
-failures=0
-t0=$SECONDS
-run() { # run <label> <timeout-seconds> <command...>
-  local label=$1 t=$2; shift 2
-  echo "=== $label"
-  if ! timeout -k 10 "$t" "$@"; then
-    echo "FAILED: $label"
-    failures=$((failures + 1))
-  fi
-}
+suite_begin "storage suite"
 jrun() { # jrun <label> <timeout-seconds> <ranks> <jobs.py arguments...>; $JENV: env for the job
   local label=$1 t=$2 n=$3; shift 3
-  run "$label" "$t" env ${JENV:-} "${launch[@]}" -n "$n" "$py" $jobs "$@"
+  suite_step "$label" "$t" env ${JENV:-} "${launch[@]}" -n "$n" "$py" $jobs "$@"
 }
 
 # ---- 1. save once, reopen in later jobs ------------------------------------------------
@@ -106,18 +96,16 @@ if hold create "$work/w"; then
   jrun "written by another job: create refused on every rank" 120 2 fails create "$work/w" \
     "being written by another job"
   jrun "written by another job: open refused on every rank" 120 2 fails open "$work/w" "being written"
-  echo "=== the writing job ends cleanly"
-  release || { echo "FAILED: the writing job"; failures=$((failures + 1)); }
+  suite_check "the writing job ends cleanly" release
 else
-  echo "FAILED: a job holding $work/w did not start"; failures=$((failures + 1))
+  suite_fail "a job holding $work/w did not start"
 fi
 if hold open "$a"; then
   jrun "reopened by another job: a second reader shares it" 120 1 open "$a" --rows 3001
   jrun "reopened by another job: create refused on every rank" 120 2 fails create "$a" "open for reading"
-  echo "=== the reading job ends cleanly"
-  release || { echo "FAILED: the reading job"; failures=$((failures + 1)); }
+  suite_check "the reading job ends cleanly" release
 else
-  echo "FAILED: a job holding $a did not start"; failures=$((failures + 1))
+  suite_fail "a job holding $a did not start"
 fi
 
 # ---- 3. larger than the job's memory ---------------------------------------------------
@@ -134,10 +122,9 @@ capped() { # capped <label> <ranks> <jobs.py arguments...>: the job under the ca
     "${launch[@]}" -n "$n" "$py" $jobs "$@"
   local rc=$?
   if [ $rc = 77 ]; then echo "SKIPPED (no memory cap): $label"; return 77; fi
-  if [ $rc != 0 ]; then echo "FAILED: $label"; failures=$((failures + 1)); return 1; fi
+  if [ $rc != 0 ]; then suite_fail "$label"; return 1; fi
   "$py" -c "import json, sys; f = json.load(open(sys.argv[1])); sys.exit(0 if f['hits'] > 0 else 1)" \
-    "$work/cap.json" || { echo "FAILED: $label: the cap never bound (the data fit in memory?)";
-                          failures=$((failures + 1)); }
+    "$work/cap.json" || suite_fail "$label: the cap never bound (the data fit in memory?)"
 }
 if [ "$hosts" -gt 1 ]; then
   echo "=== larger than memory: left out across hosts"
@@ -163,9 +150,4 @@ if [ "$hosts" -gt 1 ]; then
   "${launch[@]}" -n 4 rm -rf "$nl"
 fi
 
-echo "storage suite: $((SECONDS - t0)) s"
-if [ "$failures" -ne 0 ]; then
-  echo "storage suite: $failures run(s) failed"
-  exit 1
-fi
-echo "storage suite: all runs passed"
+suite_end
