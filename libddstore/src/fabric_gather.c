@@ -78,6 +78,7 @@ static char *arena_get(size_t n)
 }
 
 typedef struct piece {
+    dds_var *var;
     char *dst;
     uint64_t offset;
     uint64_t len;
@@ -207,11 +208,17 @@ static int wait_some(struct dds_fabric *F, gcall *call, gwait *w, greq **reqs, s
 }
 
 /* Build and post request `q` (its receive, then its send). */
-static int post_req(struct dds_fabric *F, struct dds_fabric_var *FV, greq *q, const piece *pc, char *bounce,
-                    gcall *call, gwait *w, greq **reqs, size_t lo, size_t hi)
+static int post_req(struct dds_fabric *F, greq *q, const piece *pc, char *bounce, gcall *call, gwait *w,
+                    greq **reqs, size_t lo, size_t hi)
 {
     size_t apad = (F->my_alen + 7) & ~(size_t)7;
-    q->msglen = sizeof(dds_gather_req) + apad + q->npieces * sizeof(dds_gather_ent);
+    /* Entries, with a variable switch ahead of each run of another
+     * variable's pieces (requests of one variable carry none). */
+    size_t nswitch = 0;
+    for (size_t i = q->first + 1; i < q->first + q->npieces; i++)
+        nswitch += pc[i].var != pc[i - 1].var;
+    size_t nent = q->npieces + nswitch;
+    q->msglen = sizeof(dds_gather_req) + apad + nent * sizeof(dds_gather_ent);
     q->msg = calloc(1, q->msglen);
     bool direct = q->npieces == 1 && !F->local_mr;
     if (!direct && bounce) {
@@ -224,17 +231,20 @@ static int post_req(struct dds_fabric *F, struct dds_fabric_var *FV, greq *q, co
         return dds_err(DDS_ENOMEM, "out of memory for a gather request of %llu bytes",
                        (unsigned long long)q->bytes);
     dds_gather_req h = { .magic = DDS_GATHER_MAGIC,
-                         .version = DDS_GATHER_VERSION,
+                         .version = nswitch ? DDS_GATHER_VERSION : DDS_GATHER_VERSION_ONE_VAR,
                          .alen = (uint16_t)F->my_alen,
-                         .var_index = FV->index,
-                         .nent = (uint32_t)q->npieces,
+                         .var_index = pc[q->first].var->fab->index,
+                         .nent = (uint32_t)nent,
                          .reply_tag = q->tag,
                          .reply_bytes = q->bytes };
     memcpy(q->msg, &h, sizeof h);
     memcpy(q->msg + sizeof h, F->my_addr, F->my_alen);
     dds_gather_ent *ents = (dds_gather_ent *)(q->msg + sizeof h + apad);
-    for (size_t i = 0; i < q->npieces; i++)
-        ents[i] = (dds_gather_ent){ .offset = pc[q->first + i].offset, .len = pc[q->first + i].len };
+    for (size_t i = q->first, e = 0; i < q->first + q->npieces; i++) {
+        if (i > q->first && pc[i].var != pc[i - 1].var)
+            ents[e++] = (dds_gather_ent){ .offset = pc[i].var->fab->index, .len = DDS_GATHER_VAR_SWITCH };
+        ents[e++] = (dds_gather_ent){ .offset = pc[i].offset, .len = pc[i].len };
+    }
     int rc;
     if (F->local_mr) {
         if ((rc = dds_fab_reg_mr(F, q->bounce, (size_t)q->bytes, FI_RECV, F->ep, &q->bmr)) ||
@@ -281,8 +291,9 @@ static int post_req(struct dds_fabric *F, struct dds_fabric_var *FV, greq *q, co
 }
 
 /* A completed request: check it, scatter its reply. */
-static int finish_req(dds_store *s, dds_var *v, greq *q, const piece *pc)
+static int finish_req(dds_store *s, greq *q, const piece *pc)
 {
+    const dds_var *v = pc[q->first].var;
     if (q->err)
         return dds_err(DDS_EFABRIC, "variable '%s': gather from group rank %d: %s", v->name, q->owner, q->errmsg);
     if (q->err_reply) {
@@ -308,17 +319,26 @@ static int finish_req(dds_store *s, dds_var *v, greq *q, const piece *pc)
 
 int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
 {
-    int rc = dds_fab_check_ops(s, v, ops, nops);
-    if (rc)
-        return rc;
+    return dds_fab_gather_vars(s, &v, &ops, &nops, 1);
+}
+
+int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
+                        size_t nvars)
+{
+    int rc;
+    for (size_t j = 0; j < nvars; j++)
+        if (nops[j] && (rc = dds_fab_check_ops(s, vars[j], ops[j], nops[j])))
+            return rc;
     struct dds_fabric *F = s->fab;
-    struct dds_fabric_var *FV = v->fab;
     const uint64_t maxr = F->max_msg < DDS_GATHER_MAX_REPLY ? (uint64_t)F->max_msg : DDS_GATHER_MAX_REPLY;
 
-    /* Transfers cut at maxr, then requests: runs of one owner's pieces. */
+    /* Transfers cut at maxr, grouped by owner (each variable's already
+     * are; across variables a stable counting sort), then requests: runs of
+     * one owner's pieces. */
     size_t npc = 0;
-    for (size_t i = 0; i < nops; i++)
-        npc += ((uint64_t)ops[i].len + maxr - 1) / maxr;
+    for (size_t j = 0; j < nvars; j++)
+        for (size_t i = 0; i < nops[j]; i++)
+            npc += ((uint64_t)ops[j][i].len + maxr - 1) / maxr;
     if (npc == 0)
         return DDS_OK;
     piece *pc = malloc(npc * sizeof *pc);
@@ -326,29 +346,53 @@ int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
     size_t *starts = malloc((npc + 1) * sizeof *starts); /* first piece of each request */
     greq **reqs = calloc(npc, sizeof *reqs);
     gcall *call = calloc(1, sizeof *call);
-    if (!pc || !owner || !starts || !reqs || !call) {
+    size_t *count = nvars > 1 ? calloc((size_t)s->group_size + 1, sizeof *count) : NULL;
+    piece *sorted = nvars > 1 ? malloc(npc * sizeof *sorted) : NULL;
+    if (!pc || !owner || !starts || !reqs || !call || (nvars > 1 && (!count || !sorted))) {
         free(pc);
         free(owner);
         free(starts);
         free(reqs);
         free(call);
-        return dds_err(DDS_ENOMEM, "out of memory for a gather of %zu transfers", nops);
+        free(count);
+        free(sorted);
+        return dds_err(DDS_ENOMEM, "out of memory for a gather of %zu transfers", npc);
     }
     size_t k = 0, nreq = 0;
-    for (size_t i = 0; i < nops; i++)
-        for (uint64_t d = 0; d < (uint64_t)ops[i].len; d += maxr) {
-            uint64_t l = (uint64_t)ops[i].len - d < maxr ? (uint64_t)ops[i].len - d : maxr;
-            pc[k] = (piece){ .dst = ops[i].dst + d, .offset = (uint64_t)ops[i].src_offset + d, .len = l };
-            owner[k++] = ops[i].owner;
-        }
+    for (size_t j = 0; j < nvars; j++)
+        for (size_t i = 0; i < nops[j]; i++)
+            for (uint64_t d = 0; d < (uint64_t)ops[j][i].len; d += maxr) {
+                const dds_read_op *op = &ops[j][i];
+                uint64_t l = (uint64_t)op->len - d < maxr ? (uint64_t)op->len - d : maxr;
+                pc[k] = (piece){ .var = vars[j], .dst = op->dst + d, .offset = (uint64_t)op->src_offset + d, .len = l };
+                owner[k++] = op->owner;
+            }
+    if (sorted) {
+        for (size_t i = 0; i < npc; i++)
+            count[owner[i] + 1]++;
+        for (int g = 0; g < s->group_size; g++)
+            count[g + 1] += count[g];
+        for (size_t i = 0; i < npc; i++)
+            sorted[count[owner[i]]++] = pc[i];
+        free(pc);
+        pc = sorted;
+        for (int g = 0, i = 0; g < s->group_size; g++) /* count[g] now ends owner g's pieces */
+            for (; (size_t)i < count[g]; i++)
+                owner[i] = g;
+        free(count);
+    }
     uint64_t bytes = 0;
+    size_t nent = 0;
     for (size_t i = 0; i < npc; i++) {
-        if (i == 0 || owner[i] != owner[i - 1] || i - starts[nreq - 1] >= DDS_GATHER_MAX_ENTRIES ||
-            bytes + pc[i].len > maxr) {
+        size_t add = 1 + (i > 0 && pc[i].var != pc[i - 1].var);
+        if (i == 0 || owner[i] != owner[i - 1] || nent + add > DDS_GATHER_MAX_ENTRIES || bytes + pc[i].len > maxr) {
             starts[nreq++] = i;
             bytes = 0;
+            nent = 0;
+            add = 1;
         }
         bytes += pc[i].len;
+        nent += add;
     }
     starts[nreq] = npc;
     /* Bounce bytes of the whole call: from the thread's arena when they fit. */
@@ -392,7 +436,7 @@ int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
                 bounce = arena_buf + arena_used;
                 arena_used += b;
             }
-            int prc = post_req(F, FV, q, pc, bounce, call, &w, reqs, lo, next);
+            int prc = post_req(F, q, pc, bounce, call, &w, reqs, lo, next);
             next++;
             if (atomic_load(&q->left) > 0 || prc == DDS_OK)
                 atomic_fetch_add(&s->st_gather_requests, 1);
@@ -413,7 +457,7 @@ int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
         bool any = false;
         while (lo < next && atomic_load_explicit(&reqs[lo]->left, memory_order_acquire) == 0) {
             greq *q = reqs[lo];
-            int frc = finish_req(s, v, q, pc);
+            int frc = finish_req(s, q, pc);
             if (frc && err == DDS_OK)
                 err = frc;
             inflight_bytes -= q->bytes;

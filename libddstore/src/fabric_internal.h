@@ -58,7 +58,14 @@ typedef struct fab_ctx {
 #define DDS_GATHER_REQ_TAG 1ull
 #define DDS_GATHER_ERR_TAG 2ull
 #define DDS_GATHER_MAGIC 0x52474444u /* bytes "DDGR" */
-#define DDS_GATHER_VERSION 1u
+/* Version 2 requests may switch variables: an entry whose len is
+ * DDS_GATHER_VAR_SWITCH names (in offset) the variable of the entries after
+ * it, so one request carries several variables' rows for one owner
+ * (dds_get_batch_vars). Readers send version 1 when a request has one
+ * variable, so owners of an older library serve them. */
+#define DDS_GATHER_VERSION 2u
+#define DDS_GATHER_VERSION_ONE_VAR 1u
+#define DDS_GATHER_VAR_SWITCH UINT64_MAX
 /* Bytes of one owner's receive buffer: the largest request. */
 #define DDS_GATHER_REQ_BYTES 65536u
 /* Transfers one request carries at most: header + largest address +
@@ -74,8 +81,8 @@ typedef struct dds_gather_req {
     uint32_t magic;
     uint16_t version;
     uint16_t alen;
-    uint32_t var_index; /* the variable's index (dds_fabric_var.index) */
-    uint32_t nent;
+    uint32_t var_index; /* the (first) variable's index (dds_fabric_var.index) */
+    uint32_t nent;      /* entries, variable switches included */
     uint64_t reply_tag;
     uint64_t reply_bytes; /* sum of the entries' len */
 } dds_gather_req;
@@ -237,6 +244,10 @@ DDS_HIDDEN bool dds_fab_withdrawn(struct dds_fabric *F, uint64_t stuck_since, ui
  * owner (more when over DDS_GATHER_MAX_ENTRIES or _MAX_REPLY), replies
  * scattered into the ops' dst. Thread-safe; data complete on return. */
 DDS_HIDDEN int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
+/* The same for several variables' ops (each grouped by owner) at once: one
+ * request per owner carries the transfers of every variable. */
+DDS_HIDDEN int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops,
+                                   const size_t *nops, size_t nvars);
 
 /* ---- fabric_transport.c ----------------------------------------------------------- */
 

@@ -445,6 +445,15 @@ bool dds_fab_serve_pass(struct dds_fabric *F)
 
 /* ---- requests ---------------------------------------------------------------------- */
 
+/* The served variable of index `index`, or NULL; under S->lock. */
+static const srv_var *served_var(const struct fab_server *S, uint32_t index)
+{
+    for (size_t i = 0; i < S->nvars; i++)
+        if (S->vars[i].index == index)
+            return &S->vars[i];
+    return NULL;
+}
+
 static void serve(struct dds_fabric *F, const char *data, size_t len)
 {
     struct fab_server *S = F->srv;
@@ -455,7 +464,8 @@ static void serve(struct dds_fabric *F, const char *data, size_t len)
     }
     memcpy(&h, data, sizeof h);
     size_t apad = ((size_t)h.alen + 7) & ~(size_t)7;
-    if (h.magic != DDS_GATHER_MAGIC || h.version != DDS_GATHER_VERSION || h.alen == 0 ||
+    if (h.magic != DDS_GATHER_MAGIC || (h.version != DDS_GATHER_VERSION && h.version != DDS_GATHER_VERSION_ONE_VAR) ||
+        h.alen == 0 ||
         h.alen > DDS_HS_MAX_ADDR || sizeof h + apad > len) {
         /* No address to answer: the reader's deadline reports it. */
         dds_debug("fabric: gather: a request of %zu bytes has a bad header; dropped", len);
@@ -483,15 +493,19 @@ static void serve(struct dds_fabric *F, const char *data, size_t len)
         return;
     }
     pthread_mutex_lock(&S->lock);
-    const srv_var *v = NULL;
-    for (size_t i = 0; i < S->nvars && !v; i++)
-        if (S->vars[i].index == h.var_index)
-            v = &S->vars[i];
+    uint32_t var_index = h.var_index;
+    const srv_var *v = served_var(S, var_index);
     uint64_t done = 0;
     const char *bad = v ? NULL : "the variable is not served (freed, or not yet added)";
     for (uint32_t i = 0; !bad && i < h.nent; i++) {
         dds_gather_ent e;
         memcpy(&e, ents + (size_t)i * sizeof e, sizeof e);
+        if (e.len == DDS_GATHER_VAR_SWITCH && h.version == DDS_GATHER_VERSION) {
+            var_index = e.offset > UINT32_MAX ? UINT32_MAX : (uint32_t)e.offset;
+            if (!(v = served_var(S, var_index)))
+                bad = "the variable is not served (freed, or not yet added)";
+            continue;
+        }
         if (e.offset > v->bytes || e.len > v->bytes - e.offset || e.len > h.reply_bytes - done) {
             bad = "bytes outside the shard or beyond the reply";
             break;
@@ -504,7 +518,7 @@ static void serve(struct dds_fabric *F, const char *data, size_t len)
         bad = "entries do not add up to the reply";
     if (bad) {
         buf_put(S, out, out_cap);
-        send_error(F, to, h.reply_tag, h.reply_bytes, "gather of variable #%u: %s", h.var_index, bad);
+        send_error(F, to, h.reply_tag, h.reply_bytes, "gather of variable #%u: %s", var_index, bad);
         return;
     }
     send_reply(F, to, h.reply_tag, out, (size_t)h.reply_bytes, out_cap);

@@ -90,6 +90,7 @@ const dds_transport dds_transport_fabric = {
     .describe = fab_describe,
     .describe_domain = fab_describe_domain,
     .gather = fab_gather,
+    .gather_vars = dds_fab_gather_vars,
     .rma_emulated = fab_rma_emulated,
 };
 
@@ -110,5 +111,6 @@ const dds_transport dds_transport_fabric_onesided = {
     .describe = fab_describe,
     .describe_domain = fab_describe_domain,
     .gather = NULL,
+    .gather_vars = NULL,
     .rma_emulated = fab_rma_emulated,
 };

@@ -135,6 +135,12 @@ typedef struct dds_transport {
      * included (the rank still serves the others); else thread-safe, and
      * the owner serves requests while it computes. NULL: no gather. */
     int (*gather)(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded);
+    /* gather of several variables' ops at once (nops[i] ops of vars[i],
+     * each list grouped by owner): one request per owner for all of them.
+     * Not collective, thread-safe; NULL where the transport has none (or
+     * where reads are collective). */
+    int (*gather_vars)(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
+                       size_t nvars);
     /* Whether one-sided reads are emulated in software (a request and a
      * reply through both CPUs per operation), so that gather is better at
      * every row size. NULL: false. Local. */

@@ -4,6 +4,7 @@
  * mapped to their owner by binary search over the shard offsets, and
  * consecutive rows of one owner that land consecutively in the output become
  * one transfer; transfer.c carries the list out. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,6 +249,29 @@ static int batched_read_finish(dds_store *s, dds_var *v, op_list *l, bool live, 
     return rc;
 }
 
+/* The transfers of rows[0..nrows) of v landing at out (checks each row). */
+static int batch_ops(dds_store *s, dds_var *v, void *out, const int64_t *rows, int64_t nrows, op_list *l)
+{
+    if (nrows > 0 && !rows)
+        return dds_err(DDS_EINVAL, "variable '%s': rows is NULL", v->name);
+    if (nrows <= 0)
+        return DDS_OK;
+    int64_t total = v->offsets[s->group_size];
+    int rc = ops_reserve(l, (size_t)nrows, v->name);
+    int owner = 0;
+    for (int64_t i = 0; rc == DDS_OK && i < nrows; i++) {
+        int64_t r = rows[i];
+        if (r < 0 || r >= total)
+            return dds_err(DDS_ERANGE, "variable '%s': row %lld (position %lld) is outside [0, %lld)", v->name,
+                           (long long)r, (long long)i, (long long)total);
+        /* Sequential batches stay with the same owner: test it first. */
+        if (r < v->offsets[owner] || r >= v->offsets[owner + 1])
+            owner = dds_owner_of(v, s->group_size, r);
+        ops_push(l, v, owner, r, 1, (char *)out + i * v->row_bytes);
+    }
+    return rc;
+}
+
 DDS_API int dds_get_batch(dds_store *s, const char *name, void *out, const int64_t *rows, int64_t nrows)
 {
     dds_err_clear();
@@ -255,27 +279,96 @@ DDS_API int dds_get_batch(dds_store *s, const char *name, void *out, const int64
     dds_var *v;
     bool live;
     int rc = read_begin(s, name, out, nrows, &v, &live);
-    if (rc == DDS_OK && nrows > 0 && !rows)
-        rc = dds_err(DDS_EINVAL, "variable '%s': rows is NULL", name);
     op_list l = { 0 };
-    if (rc == DDS_OK && nrows > 0) {
-        int64_t total = v->offsets[s->group_size];
-        rc = ops_reserve(&l, (size_t)nrows, name);
-        int owner = 0;
-        for (int64_t i = 0; rc == DDS_OK && i < nrows; i++) {
-            int64_t r = rows[i];
-            if (r < 0 || r >= total) {
-                rc = dds_err(DDS_ERANGE, "variable '%s': row %lld (position %lld) is outside [0, %lld)",
-                             name, (long long)r, (long long)i, (long long)total);
-                break;
-            }
-            /* Sequential batches stay with the same owner: test it first. */
-            if (r < v->offsets[owner] || r >= v->offsets[owner + 1])
-                owner = dds_owner_of(v, s->group_size, r);
-            ops_push(&l, v, owner, r, 1, (char *)out + i * v->row_bytes);
+    if (rc == DDS_OK)
+        rc = batch_ops(s, v, out, rows, nrows, &l);
+    return batched_read_finish(s, v, &l, live, rc, t0);
+}
+
+/* dds_get_batch of each variable in turn, with the first error kept (every
+ * call is made: where reads are collective the others are waited for in
+ * each). */
+static int batch_vars_each(dds_store *s, int32_t nvars, const char *const *names, void *const *outs,
+                           const int64_t *rows, int64_t nrows)
+{
+    int first = DDS_OK;
+    char msg[1024] = "";
+    for (int32_t i = 0; i < nvars; i++) {
+        int rc = dds_get_batch(s, names[i], outs[i], rows, nrows);
+        if (rc && first == DDS_OK) {
+            first = rc;
+            snprintf(msg, sizeof msg, "%s", dds_last_error());
         }
     }
-    return batched_read_finish(s, v, &l, live, rc, t0);
+    return first ? dds_err(first, "%s", msg) : DDS_OK;
+}
+
+DDS_API int dds_get_batch_vars(dds_store *s, int32_t nvars, const char *const *names, void *const *outs,
+                               const int64_t *rows, int64_t nrows)
+{
+    dds_err_clear();
+    int rc = dds_store_check(s);
+    if (rc)
+        return rc;
+    if (nvars < 0 || (nvars > 0 && (!names || !outs)))
+        return dds_err(DDS_EINVAL, "dds_get_batch_vars: %s", nvars < 0 ? "negative variable count" : "names or outs is NULL");
+    /* One request per owner for all variables needs a transport that
+     * gathers them together and a read that is not collective; else (and
+     * for one variable) this is dds_get_batch of each. */
+    if (nvars < 2 || !s->tp->gather_vars || dds_reads_collective(s))
+        return batch_vars_each(s, nvars, names, outs, rows, nrows);
+    uint64_t t0 = dds_now_ns();
+    op_list *lists = calloc((size_t)nvars, sizeof *lists);
+    dds_var **vars = calloc((size_t)nvars, sizeof *vars);
+    size_t *nremote = calloc((size_t)nvars, sizeof *nremote);
+    if (!lists || !vars || !nremote) {
+        free(lists);
+        free(vars);
+        free(nremote);
+        return dds_err(DDS_ENOMEM, "out of memory for a read of %d variables", (int)nvars);
+    }
+    size_t ngather = 0;
+    for (int32_t i = 0; rc == DDS_OK && i < nvars; i++) {
+        bool live;
+        if (!names[i]) {
+            rc = dds_err(DDS_EINVAL, "dds_get_batch_vars: names[%d] is NULL", (int)i);
+            break;
+        }
+        rc = read_begin(s, names[i], outs[i], nrows, &vars[i], &live);
+        if (rc == DDS_OK)
+            rc = batch_ops(s, vars[i], outs[i], rows, nrows, &lists[i]);
+        if (rc || !lists[i].n)
+            continue;
+        dds_var *gen;
+        rc = dds_gen_of(s, vars[i], &gen);
+        if (rc == DDS_OK && !gen && dds_gather_chosen(s, vars[i], false)) {
+            /* Node-local rows are copied here; the rest wait for the
+             * gather of all variables below. */
+            rc = dds_read_split(s, vars[i], lists[i].ops, lists[i].n, &nremote[i]);
+            ngather += nremote[i] > 0;
+        } else if (rc == DDS_OK) {
+            rc = execute(s, vars[i], &lists[i], false);
+        }
+    }
+    if (rc == DDS_OK && ngather) {
+        dds_read_op **ops = calloc((size_t)nvars, sizeof *ops);
+        if (!ops) {
+            rc = dds_err(DDS_ENOMEM, "out of memory for a read of %d variables", (int)nvars);
+        } else {
+            for (int32_t i = 0; i < nvars; i++)
+                ops[i] = lists[i].ops;
+            rc = s->tp->gather_vars(s, vars, (const dds_read_op *const *)ops, nremote, (size_t)nvars);
+            free(ops);
+        }
+    }
+    for (int32_t i = 0; i < nvars; i++)
+        free(lists[i].ops);
+    read_end(s, t0);
+    atomic_fetch_add(&s->st_calls, (uint64_t)nvars - 1); /* a read of each variable */
+    free(lists);
+    free(vars);
+    free(nremote);
+    return rc;
 }
 
 DDS_API int dds_get_ranges(dds_store *s, const char *name, void *out, const int64_t *starts,

@@ -149,6 +149,8 @@ _PROTOTYPES = {
     "dds_generation": (_i, [_vp, _cp, _i64, ctypes.POINTER(ctypes.c_uint64)]),
     # store properties (ABI 1.2)
     "dds_store_property": (_i, [_vp, _cp, _vp, _sz]),
+    # several variables' rows in one read (ABI 1.2)
+    "dds_get_batch_vars": (_i, [_vp, _i, _vp, _vp, _vp, _i64]),
     # file-backed stores (ABI 1.2)
     "dds_save": (_i, [_vp]),
     "dds_open": (_i, [ctypes.POINTER(_vp), _i, _cp, ctypes.POINTER(Options)]),

@@ -758,6 +758,48 @@ class PyDDStore:
         if rc:
             self._raise(rc)
 
+    def get_batch_vars(self, names, outs, rows):
+        """Read the same global rows of several variables: ``rows[i]`` of
+        ``names[v]`` into ``outs[v][i]``, as :meth:`get_batch` of each
+        variable in turn would. Methods 1 and 2 send one request per owner
+        for all the variables (a sample of several fields costs one round
+        trip per owner, not one per field); elsewhere this is :meth:`get_batch`
+        of each, with its collective rule (every rank of the group passes the
+        same number of variables). On an error every variable was still
+        attempted and the first error is raised."""
+        names, outs = list(names), list(outs)
+        try:
+            if len(names) != len(outs):
+                raise DDStoreValueError(f"{len(names)} variable names but {len(outs)} outputs", DDS_EINVAL)
+            r = _int64_array(rows, "rows", names[0] if names else "")
+            n = r.size
+            arrays = []
+            for name, out in zip(names, outs):
+                v = self._var(name)
+                o = _to_array(out, "output", name, output=True)
+                _check_rows_match(v, o, "output")
+                _remember_layout(v, o)
+                if o.shape[0] < n:
+                    raise DDStoreValueError(
+                        f"variable {name!r}: output has {o.shape[0]} rows, {n} requested", DDS_EINVAL)
+                arrays.append((v, o))
+        except Exception as e:  # noqa: BLE001 - every argument error reaches the group's reads
+            for _ in names[1:]:  # one collective read per variable; the last one raises
+                try:
+                    self.fail_read(e)
+                except Exception:  # noqa: BLE001,S110 - the same error, raised below
+                    pass
+            if names:
+                self.fail_read(e)
+            raise
+        k = len(arrays)
+        cnames = (ctypes.c_char_p * max(k, 1))(*[v.bname for v, _ in arrays])
+        couts = (ctypes.c_void_p * max(k, 1))(*[o.ctypes.data for _, o in arrays])
+        with self._h as ptr:
+            rc = _c.dds_get_batch_vars(ptr, k, cnames, couts, r.ctypes.data, n)
+        if rc:
+            self._raise(rc)
+
     def get_ranges(self, name, out, starts, counts):
         """Read row ranges ``[starts[i], starts[i] + counts[i])`` one after
         the other into `out` (``out.shape[0] >= sum(counts)``). Same

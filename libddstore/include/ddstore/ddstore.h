@@ -449,6 +449,22 @@ DDS_API int dds_get(dds_store *store, const char *name, void *out,
 DDS_API int dds_get_batch(dds_store *store, const char *name, void *out,
                           const int64_t *rows, int64_t nrows);
 
+/* Read the same rows of several variables: rows[i] of variable names[v]
+ * into row i of outs[v], for v in [0, nvars), as dds_get_batch() of each
+ * variable in turn would (the variables may differ in row size, dtype and
+ * distribution; nvars 0 reads nothing). Where a transport gathers at the
+ * owner without a collective read (methods 1 and 2), one request per owner
+ * carries the rows of every variable the read protocol gathers, so a
+ * sample of several fields costs one request and one reply per owner
+ * instead of one per field. Elsewhere (method 0, one-sided reads) it is
+ * dds_get_batch() of each variable, with the same collective rule: every
+ * rank of the group calls it with the same nvars. Errors: the first
+ * variable's error, after every variable was attempted (so collective
+ * reads stay in step); rows already copied may be partly written. Thread
+ * safety as dds_get_batch(). Since ABI 1.2. */
+DDS_API int dds_get_batch_vars(dds_store *store, int32_t nvars, const char *const *names,
+                               void *const *outs, const int64_t *rows, int64_t nrows);
+
 /* Read `nranges` row ranges [starts[i], starts[i]+counts[i]) one after the
  * other into `out` (the sum of counts x row_bytes bytes). Ranges may span
  * shards, overlap, repeat and have count 0. Same collective rule and thread
