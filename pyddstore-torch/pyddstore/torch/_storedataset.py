@@ -216,15 +216,17 @@ class StoreDataset(torch.utils.data.Dataset):
     # ---- reads ---------------------------------------------------------------
     def _read_columns(self, reads, rows):
         """Read `rows` of each (variable, buffer) of `reads` into the buffer (at
-        least len(rows) rows): one get_batch() per variable, group-collective
-        where the store's reads are (DDSTORE_BATCH_GET=0: one get() per row)."""
-        batch = batch_get_enabled()
+        least len(rows) rows): one get_batch_vars() for all of them (methods 1
+        and 2: one request per owner for every field; method 0: a get_batch()
+        per variable, group-collective where the store's reads are);
+        DDSTORE_BATCH_GET=0: one get() per row."""
+        reads = list(reads)
+        if batch_get_enabled():
+            self._store.get_batch_vars([var for var, _ in reads], [buf for _, buf in reads], rows)
+            return
         for var, buf in reads:
-            if batch:
-                self._store.get_batch(var, buf, rows)
-            else:
-                for j, r in enumerate(rows.tolist()):
-                    self._store.get(var, buf[j:j + 1], r)
+            for j, r in enumerate(rows.tolist()):
+                self._store.get(var, buf[j:j + 1], r)
 
     def _read_runs(self, var, buf, rows):
         """Read `rows` of `var` into `buf` with one non-collective get() per run of
