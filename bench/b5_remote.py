@@ -209,10 +209,56 @@ def run_get(args, link, hs_root):
                 C.log(f"B5 {v:13s} {rb:6d} B: {results[-1]['us_per_call']:9.1f} us/call, "
                       f"{agg / 1e6:9.1f} MB/s aggregate, {cpu_batch * 1e3:7.3f} CPU ms/batch"
                       + (f" ({results[-1]['ratio_iperf3']:.3f}x iperf3)" if link else ""))
+        results += run_fields(args, stores, remote, hosts, repeats, target_s)
     finally:
         for st in stores.values():
             st.free()
     return results, notes
+
+
+def run_fields(args, stores, remote, hosts, repeats, target_s):
+    """Samples of two fields (the loader's 512 B + 8 B) read for the same K random remote
+    rows: one get_batch per field vs one get_batch_vars (methods 1 and 2: one request per
+    owner for both fields), interleaved in the same loops, for each libfabric store that
+    gathers."""
+    k, rows, results = args.k, 4096 if args.quick else 16384, []
+    labels = [lb for lb, st in stores.items() if CONFIGS[lb][0] in (1, 2) and lb not in CONFIG_ENV]
+    if not labels:
+        return results
+    x = np.random.default_rng(RANK).standard_normal((rows, 128)).astype(np.float32)
+    y = np.arange(RANK * rows, (RANK + 1) * rows, dtype=np.int64)
+    rng = np.random.default_rng(29 + RANK)
+    sets = [(rng.choice(remote, size=k) * rows + rng.integers(0, rows, size=k)).astype(np.int64)
+            for _ in range(32)]
+    ox, oy = np.empty((k, 128), np.float32), np.empty(k, np.int64)
+    step = C.cycler(len(sets))
+
+    def nxt():
+        return sets[step()]
+
+    fns = {}
+    for lb in labels:
+        st = stores[lb]
+        st.add("b5f/x", x)
+        st.add("b5f/y", y)
+        st.sync()
+        st.get_batch_vars(["b5f/x", "b5f/y"], [ox, oy], sets[0])
+        C.require_everywhere(bool(np.array_equal(oy, sets[0])), f"B5 fields {lb}: wrong rows")
+        fns[f"{lb} get_batch x2"] = (lambda st=st: (lambda r: (st.get_batch("b5f/x", ox, r),
+                                                               st.get_batch("b5f/y", oy, r)))(nxt()))
+        fns[f"{lb} get_batch_vars"] = (lambda st=st: st.get_batch_vars(["b5f/x", "b5f/y"], [ox, oy], nxt()))
+    t = C.interleaved(fns, repeats, target_s, COMM)
+    for v in fns:
+        results.append({
+            "bench": "B5", "part": "fields", "config": v, "row_bytes": 520, "k": k,
+            "label": args.label, "ranks": SIZE, "hosts": len(set(hosts)),
+            "us_per_call": C.gather_stat(COMM, t[v]["s"] * 1e6)["median"],
+            "agg_bytes_per_s": sum(COMM.allgather(k * 520 / t[v]["s"])),
+            "cpu_s_per_batch": float(np.mean(COMM.allgather(t[v]["cpu_s"]))),
+            "repeats": repeats, "iters": t[v]["n"]})
+        C.log(f"B5 fields {v:26s}: {results[-1]['us_per_call']:9.1f} us/call, "
+              f"{results[-1]['cpu_s_per_batch'] * 1e3:7.3f} CPU ms/batch")
+    return results
 
 
 def run_loader(args, hs_root):

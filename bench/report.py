@@ -322,6 +322,20 @@ def b5_section(docs, lines, summary):
                      f"{fmt(r['agg_bytes_per_s'] / ip if ip else None)} | {r['us_per_call']:.0f} | "
                      f"{fmt(cpu * 1e3 if cpu is not None else None)} |")
     lines.append("")
+    fields = [r for r in doc.get("results", []) if r["part"] == "fields"]
+    if fields:
+        lines += ["Samples of two fields (512 B + 8 B, the loader's), K = 256 random remote rows: one "
+                  "get_batch per field against one get_batch_vars (one request per owner for both "
+                  "fields), interleaved in the same loops.", "",
+                  "| config | us/batch | CPU ms/batch | CPU: get_batch_vars / get_batch x2 |", "|---|---|---|---|"]
+        by = {r["config"]: r for r in fields}
+        for r in fields:
+            base = by.get(r["config"].replace("get_batch_vars", "get_batch x2"))
+            ratio = (r["cpu_s_per_batch"] / base["cpu_s_per_batch"]
+                     if base is not r and base and r["config"].endswith("get_batch_vars") else None)
+            lines.append(f"| {r['config']} | {r['us_per_call']:.0f} | {r['cpu_s_per_batch'] * 1e3:.3f} | "
+                         f"{fmt(ratio) if ratio else '-'} |")
+        lines.append("")
 
     # The targets, one row each.
     lines += ["Issue 24's targets (\"at ceiling\": the target is missed, but the bare C program of the same "
