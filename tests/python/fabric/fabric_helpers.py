@@ -4,10 +4,13 @@ Row content is a pure function of (salt, global row, element), so a core
 rank and a reader process in another job can both compute what any row must
 hold and compare bit-exact.
 """
+import contextlib
 import os
 import threading
 
 import numpy as np
+
+import pyddstore
 
 from suite_helpers import environ, shared_tmpdir  # noqa: F401  (the suite imports them from here)
 
@@ -101,3 +104,15 @@ def read_in_threads(store, name, want, seeds, batches, most_rows):
         t.join()
     if errors:
         raise errors[0]
+
+
+@contextlib.contextmanager
+def joined_reader(hs, n_core):
+    """A method-2 reader (node shared memory off: every row through the
+    provider) of the store published in `hs`, freed on exit."""
+    with environ(DDSTORE_NODE_LOCAL="0"):
+        r = pyddstore.join(handshake_dir=hs, n_core=n_core, timeout=30)
+    try:
+        yield r
+    finally:
+        r.free()

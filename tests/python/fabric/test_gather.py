@@ -11,8 +11,8 @@ import pytest
 import pyddstore
 from pyddstore import PyDDStore
 
-from fabric_helpers import (PROVIDER, add_rows, environ, local_values, offsets, read_in_threads, shared_tmpdir,
-                            values)
+from fabric_helpers import (PROVIDER, add_rows, environ, joined_reader, local_values, offsets, read_in_threads,
+                            shared_tmpdir, values)
 from suite_helpers import remote_owners
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
@@ -122,9 +122,7 @@ def test_method2_reader_gets_replies(comm, rank, size):
         s.add("m", local_values(rank, size, (6,), "uint16", 12))
         comm.Barrier()
         if rank == 0:
-            with environ(DDSTORE_NODE_LOCAL="0"):
-                r = pyddstore.join(handshake_dir=hs, n_core=size, timeout=30)
-            try:
+            with joined_reader(hs, size) as r:
                 off = offsets(size)
                 total = int(off[-1])
                 rows = np.random.default_rng(5).integers(0, total, size=500)
@@ -136,8 +134,6 @@ def test_method2_reader_gets_replies(comm, rank, size):
                     assert r.info()["read_protocol"].startswith("owner-side gather")
                     # A reader owns no rows: every owner is remote.
                     assert r.stats()["gather_requests"] == remote_owners(off, rows, set())
-            finally:
-                r.free()
         comm.Barrier()
     finally:
         s.free()

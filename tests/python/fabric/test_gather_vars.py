@@ -11,7 +11,8 @@ import pytest
 import pyddstore
 from pyddstore import DDStoreError, PyDDStore
 
-from fabric_helpers import PROVIDER, environ, local_values, offsets, shared_tmpdir, values
+from fabric_helpers import PROVIDER, environ, joined_reader, local_values, offsets, shared_tmpdir, values
+from suite_helpers import remote_owners
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
 
@@ -36,11 +37,6 @@ def read_all(store, rows, fields=FIELDS):
         assert out.tobytes() == values(rows, shape, dtype, salt).tobytes()
 
 
-def remote_owners(rows, off, rank):
-    owners = np.searchsorted(off, rows, side="right") - 1
-    return len(set(owners.tolist()) - {rank})
-
-
 @pytest.mark.parametrize("method", [1, 2])
 def test_one_request_per_owner_for_all_variables(comm, rank, size, method):
     hs = shared_tmpdir(comm, "ddstore-gvars-") + "/hs" if method == 2 else None
@@ -56,7 +52,7 @@ def test_one_request_per_owner_for_all_variables(comm, rank, size, method):
             before = s.stats()
             read_all(s, rows)
             after = s.stats()
-            assert after["gather_requests"] - before["gather_requests"] == remote_owners(rows, off, rank)
+            assert after["gather_requests"] - before["gather_requests"] == remote_owners(off, rows, {rank})
             assert after["read_calls"] - before["read_calls"] == len(FIELDS)
         comm.Barrier()
     finally:
@@ -75,7 +71,7 @@ def test_one_sided_variable_beside_gathered_ones(comm, rank, size):
         before = s.stats()["gather_requests"]
         read_all(s, rows, fields)
         if PROVIDER in ("tcp", "shm") and size > 1:
-            assert s.stats()["gather_requests"] - before == remote_owners(rows, off, rank)
+            assert s.stats()["gather_requests"] - before == remote_owners(off, rows, {rank})
         comm.Barrier()
     finally:
         s.free()
@@ -88,16 +84,12 @@ def test_method2_reader_reads_several_variables(comm, rank, size):
         add_fields(s, rank, size)
         comm.Barrier()
         if rank == 0:
-            with environ(DDSTORE_NODE_LOCAL="0"):
-                r = pyddstore.join(handshake_dir=hs, n_core=size, timeout=30)
-            try:
+            with joined_reader(hs, size) as r:
                 off = offsets(size)
                 rows = np.random.default_rng(11).integers(0, int(off[-1]), size=300)
                 read_all(r, rows)
                 if PROVIDER == "tcp":
-                    assert r.stats()["gather_requests"] == remote_owners(rows, off, -1)
-            finally:
-                r.free()
+                    assert r.stats()["gather_requests"] == remote_owners(off, rows, set())
         comm.Barrier()
     finally:
         s.free()
