@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ABI check of libddstore against the committed record abi/libddstore.abi.
+# ABI check of libddstore against the committed record libddstore/abi/libddstore.abi.
 #
 #   bash ci/abi-check.sh            # rebuild, compare, fail on an incompatible change
 #   bash ci/abi-check.sh --update   # rewrite the record from a fresh build (commit it)
@@ -21,7 +21,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-record=abi/libddstore.abi
+record=libddstore/abi/libddstore.abi
 build=build-abi
 
 if ! command -v abidw >/dev/null || ! command -v abidiff >/dev/null; then
@@ -55,7 +55,7 @@ fi
 # Enumerators and numeric macros of the header are part of the ABI too, but
 # abidiff sees only types reachable from function signatures (ddstore.h passes
 # enum values as int32_t/uint32_t), so they are recorded separately.
-constants=abi/ddstore-constants.txt
+constants=libddstore/abi/ddstore-constants.txt
 dump_constants() {
   python3 - libddstore/include/ddstore/ddstore.h <<'PY'
 import re, sys
@@ -84,7 +84,7 @@ dump() {
 }
 
 if [ "${1:-}" = "--update" ]; then
-  mkdir -p abi
+  mkdir -p libddstore/abi
   dump > "$record"
   dump_constants > "$constants"
   echo "abi-check: wrote $record ($soname, $(grep -c '<elf-symbol ' "$record") symbols) and $constants ($(wc -l < "$constants") constants)"

@@ -2,7 +2,7 @@
 
 pyddstore mirrors parts of the header by hand (error codes, dtype tags, the
 ctypes structs, NAME_MAX, the ABI major, every function's prototype), and so
-do the meson files (the soname's major) and abi/ddstore-constants.txt (the
+do the meson files (the soname's major) and libddstore/abi/ddstore-constants.txt (the
 ABI record). Each check here parses the real header of this checkout, so a
 change on one side that is not made on the other fails the suite instead of
 corrupting memory at run time. No MPI: every rank checks the same files.
@@ -43,11 +43,11 @@ def test_header_parsed():
 
 def test_constants_record_matches_header():
     record = {}
-    for line in (ROOT / "abi" / "ddstore-constants.txt").read_text().split():
+    for line in (ROOT / "libddstore" / "abi" / "ddstore-constants.txt").read_text().split():
         name, value = line.split("=")
         record[name] = int(value)
     want = {**CONSTANTS, **{k: v for k, v in DEFINES.items() if k != "DDS_ABI_MAJOR"}}
-    assert record == want, "abi/ddstore-constants.txt is stale: bash ci/abi-check.sh --update"
+    assert record == want, "libddstore/abi/ddstore-constants.txt is stale: bash ci/abi-check.sh --update"
 
 
 def test_error_codes():
