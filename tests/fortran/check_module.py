@@ -9,44 +9,12 @@ and the same number of arguments; every public struct's members (names and
 order) with the bind(C) derived type of the same name. Exits 1 with a list
 of differences.
 """
+import os
 import re
 import sys
 
-
-def header_constants(text):
-    out = {}
-    for body in re.findall(r"enum\s+\w+\s*\{(.*?)\}", text, re.S):
-        value = -1
-        for item in body.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            name, _, v = item.partition("=")
-            value = int(v.strip(), 0) if v.strip() else value + 1
-            out[name.strip()] = value
-    for name, v in re.findall(r"#define\s+(DDS_\w+)\s+(-?\d+)\b", text):
-        out[name] = int(v)
-    return out
-
-
-def header_functions(text):
-    out = {}
-    for name, args in re.findall(r"DDS_API\s+[^;(]*?\b(dds_\w+)\s*\((.*?)\)\s*;", text, re.S):
-        args = args.strip()
-        out[name] = 0 if args in ("", "void") else args.count(",") + 1
-    return out
-
-
-def header_structs(text):
-    out = {}
-    for body, name in re.findall(r"typedef\s+struct\s+\w+\s*\{(.*?)\}\s*(\w+)\s*;", text, re.S):
-        members = []
-        for decl in body.split(";"):
-            decl = decl.strip()
-            if decl:
-                members.append(re.findall(r"(\w+)\s*$", decl)[0])
-        out[name] = members
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "libddstore", "abi"))
+import ddstore_header  # noqa: E402  (the one parser of ddstore.h)
 
 
 def module_items(text):
@@ -72,10 +40,13 @@ def module_items(text):
 
 
 def main(header, module):
-    htext = re.sub(r"/\*.*?\*/", "", open(header).read(), flags=re.S)
+    decls, _ = ddstore_header.load(header)
     params, funcs, types = module_items(open(module).read())
     bad = []
-    consts = header_constants(htext)
+    # The release version macros change every release; Fortran callers ask
+    # dds_version() instead of compiling a number in.
+    consts = {k: v for k, v in ddstore_header.constants(decls).items()
+              if k not in ddstore_header.VERSION_MACROS}
     for k, v in sorted(consts.items()):
         if k not in params:
             bad.append(f"constant {k} = {v} has no parameter in the module")
@@ -83,7 +54,7 @@ def main(header, module):
             bad.append(f"parameter {k} = {params[k]}, ddstore.h says {v}")
     for k in sorted(set(params) - set(consts)):
         bad.append(f"parameter {k} is not in ddstore.h")
-    hfuncs = header_functions(htext)
+    hfuncs = {k: len(p) for k, p in ddstore_header.functions(decls).items()}
     for k, n in sorted(hfuncs.items()):
         if k not in funcs:
             bad.append(f"function {k} has no bind(C) interface")
@@ -91,7 +62,8 @@ def main(header, module):
             bad.append(f"function {k}: {funcs[k]} arguments in the module, {n} in ddstore.h")
     for k in sorted(set(funcs) - set(hfuncs)):
         bad.append(f"interface {k} is not a function of ddstore.h")
-    for k, members in sorted(header_structs(htext).items()):
+    for k, members in sorted(ddstore_header.structs(decls).items()):
+        members = [m for m, _ in members]
         if k not in types:
             bad.append(f"struct {k} has no bind(C) type")
         elif types[k] != members:
