@@ -73,6 +73,9 @@ class Linker:
                     # :c:func: renders its own parentheses.
                     # A role's end-string cannot be followed by "(": escape the gap.
                     out.append(f":{role}:`{word}`" + ("" if role == "c:func" or not call else "\\ " + call))
+                    # Nor by a character such as "=" (DDSTORE_NODE_LOCAL=0): the same escape.
+                    if not call and pos < len(text) and re.match(r"[^\s.,;:!?)\]'\"/-]", text[pos]):
+                        out.append("\\ ")
                 elif call:
                     out.append(f"``{word}()``")
                 elif word.endswith("_"):

@@ -36,6 +36,7 @@
 #include <ddstore/ddstore.h>
 
 #include "check.h"
+#include "handshake_sum.h"
 
 extern char **environ;
 
@@ -262,29 +263,9 @@ static void put(const char *path, const void *data, size_t len)
     CHECK(rename(tmp, path) == 0, "rename %s", tmp);
 }
 
-/* The format's checksum (handshake.h): FNV-1a of the file minus bytes 32..39. */
-static void fix_checksum(uint8_t *p, size_t len)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) {
-        if (i >= 32 && i < 40)
-            continue;
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    for (int i = 0; i < 8; i++)
-        p[32 + i] = (uint8_t)(h >> (8 * i));
-}
-
 static void put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
@@ -416,18 +397,18 @@ static void corrupt_files(const char *dir)
     expect_join_error(dir, size, DDS_EPROTO, "magic", "garbage");
     memcpy(b, orig, n);
     b[4] = 99; /* version */
-    fix_checksum(b, n);
+    dds_hs_put_checksum(b, n);
     put(store, b, n);
     expect_join_error(dir, size, DDS_EPROTO, "version", "future version");
     memcpy(b, orig, n);
     put_u32(b + 40, 0xFFFFFFFFu); /* n_core, with a valid checksum */
-    fix_checksum(b, n);
+    dds_hs_put_checksum(b, n);
     put(store, b, n);
     expect_join_error(dir, size, DDS_EPROTO, "core rank count", "hostile rank count");
     memcpy(b, orig, n);
     memset(b + n, 0xAB, 16); /* trailing bytes, length field updated */
-    put_u64(b + 8, n + 16);
-    fix_checksum(b, n + 16);
+    dds_hs_put_le64(b + 8, n + 16);
+    dds_hs_put_checksum(b, n + 16);
     put(store, b, n + 16);
     expect_join_error(dir, size, DDS_EPROTO, "trailing", "trailing bytes");
     {
@@ -469,13 +450,13 @@ static void corrupt_files(const char *dir)
     /* First shard's row count beyond its registered memory, checksum valid.
      * Layout: 40 header + 24 fixed + 2 + name, then 32 bytes per shard. */
     size_t name_len = (size_t)(vorig[64] | (vorig[65] << 8));
-    put_u64(vb + 66 + name_len, (uint64_t)1 << 40);
-    fix_checksum(vb, vn);
+    dds_hs_put_le64(vb + 66 + name_len, (uint64_t)1 << 40);
+    dds_hs_put_checksum(vb, vn);
     put(var, vb, vn);
     expect_join_error(dir, size, DDS_EPROTO, "registered memory", "shard beyond its memory");
     memcpy(vb, vorig, vn);
-    put_u64(vb + 66 + name_len, (uint64_t)1 << 63); /* negative rows */
-    fix_checksum(vb, vn);
+    dds_hs_put_le64(vb + 66 + name_len, (uint64_t)1 << 63); /* negative rows */
+    dds_hs_put_checksum(vb, vn);
     put(var, vb, vn);
     expect_join_error(dir, size, DDS_EPROTO, NULL, "negative rows");
     put(var, vorig, vn);
