@@ -163,7 +163,9 @@ def parse_header(text):
                     undocumented.append((name, line))
                 decls.append(Decl("macro", name, name, pending or [],
                                   members=[("value", value)] if value else [], line=line))
-            pending, pending_used = None, False
+            # One comment may cover consecutive #defines (DDS_VERSION_*), as for functions.
+            if pending is not None:
+                pending_used = True
             continue
         code = tok.strip()
         if kind == "extern" or code == "}":
