@@ -74,7 +74,6 @@ static void fab_describe_domain(const dds_store *s, bool why, char *buf, size_t 
 }
 
 const dds_transport dds_transport_fabric = {
-    .size = sizeof(dds_transport),
     .name = "libfabric",
     .page_shards = true,
     .collective_reads = false, /* one-sided: the target does nothing */
@@ -94,7 +93,6 @@ const dds_transport dds_transport_fabric = {
 };
 
 const dds_transport dds_transport_fabric_onesided = {
-    .size = sizeof(dds_transport),
     .name = "libfabric",
     .page_shards = true,
     .collective_reads = false,
