@@ -1,6 +1,11 @@
 """Check the Fortran module against ddstore.h, so that neither can drift.
 
-    python3 tests/fortran/check_module.py libddstore/include/ddstore/ddstore.h libddstore/fortran/ddstore.f90
+    python3 tests/fortran/check_module.py libddstore/include/ddstore/ddstore.h libddstore/fortran/ddstore.f90 \
+        <builddir>/ddstore_c_api.inc
+
+The module includes its constants and interfaces from ddstore_c_api.inc,
+which the build generates from the header (libddstore/fortran/gen_c_api.py):
+name it, as built, so that the generator is checked too.
 
 Compares: every DDS_* enumerator and numeric #define of the header with the
 module's parameter of the same name (same value, none missing, none extra);
@@ -39,9 +44,19 @@ def module_items(text):
     return params, funcs, types
 
 
-def main(header, module):
+def module_text(module, include):
+    """The module's source with its `include "ddstore_c_api.inc"` line
+    replaced by the generated file."""
+    text = open(module).read()
+    line = re.search(r'^\s*include\s+"ddstore_c_api\.inc"\s*$', text, re.M)
+    if not line:
+        sys.exit(f"check_module: {module} has no include of ddstore_c_api.inc")
+    return text[:line.start()] + open(include).read() + text[line.end():]
+
+
+def main(header, module, include):
     decls, _ = ddstore_header.load(header)
-    params, funcs, types = module_items(open(module).read())
+    params, funcs, types = module_items(module_text(module, include))
     bad = []
     # The release version macros change every release; Fortran callers ask
     # dds_version() instead of compiling a number in.
@@ -77,4 +92,6 @@ def main(header, module):
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    sys.exit(main(*sys.argv[1:4]))
