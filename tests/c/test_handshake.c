@@ -42,20 +42,6 @@ extern char **environ;
 
 static int rank = -1, size;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint8_t byte_of(int k, int64_t r, int64_t b)
-{
-    uint64_t x = (uint64_t)r * 0x9E3779B97F4A7C15ull + (uint64_t)b * 0xBF58476D1CE4E5B9ull + (uint64_t)k;
-    x ^= x >> 29;
-    return (uint8_t)(x * 0x94D049BB133111EBull >> 56);
-}
-
 /* Rows per core rank: uneven, rank 1 holds none. */
 static int64_t rows_of(int r) { return r == 1 ? 0 : 4 + 5 * r; }
 
@@ -324,17 +310,6 @@ static int count_dds_files(const char *dir)
     return n;
 }
 
-static dds_store *create_core(const char *dir)
-{
-    dds_options o;
-    dds_options_init(&o);
-    o.method = DDS_METHOD_FILE;
-    o.handshake_dir = dir;
-    dds_store *s = NULL;
-    OK(dds_create(&s, MPI_Comm_c2f(MPI_COMM_WORLD), &o));
-    return s;
-}
-
 /* ---- the core group's tests ------------------------------------------------------ */
 
 static void timeouts(const char *base)
@@ -491,16 +466,7 @@ int main(int argc, char **argv)
 
     /* One private base directory for the whole job. */
     char base[PATH_MAX] = { 0 };
-    if (rank == 0) {
-        /* DDSTORE_TEST_SHARED_DIR: a directory that readers on other hosts see
-         * too (each simulated host has its own /tmp). */
-        const char *tmp = getenv("DDSTORE_TEST_SHARED_DIR");
-        if (!tmp || !*tmp)
-            tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-        snprintf(base, sizeof base, "%s/dds-hs-test-XXXXXX", tmp);
-        CHECK(mkdtemp(base) != NULL, "mkdtemp");
-    }
-    MPI_Bcast(base, sizeof base, MPI_CHAR, 0, MPI_COMM_WORLD);
+    test_tmpdir(base, sizeof base, "dds-hs-test");
     char old_dir[PATH_MAX], dir[PATH_MAX];
     snprintf(old_dir, sizeof old_dir, "%.3000s/old", base);
     snprintf(dir, sizeof dir, "%.3000s/pub", base);
@@ -509,7 +475,7 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* An earlier run's leftovers in `dir`. */
-    dds_store *old = create_core(old_dir);
+    dds_store *old = test_create(DDS_METHOD_FILE, old_dir);
     add_var(old, "stale/x", 9, 8);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
@@ -534,7 +500,7 @@ int main(int argc, char **argv)
     if (rank == 0)
         usleep(500000);
     MPI_Barrier(MPI_COMM_WORLD);
-    dds_store *s = create_core(dir);
+    dds_store *s = test_create(DDS_METHOD_FILE, dir);
     add_var(s, "hs/a", 1, 16);
     add_var(s, "hs/b", 2, 4099);
     if (rank == 0)
