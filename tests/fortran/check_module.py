@@ -54,35 +54,31 @@ def module_text(module, include):
     return text[:line.start()] + open(include).read() + text[line.end():]
 
 
+def compare(kind, header_items, module_items, bad):
+    """Appends to bad each item of the header missing from the module or
+    different there, and each module item the header does not have."""
+    for k, v in sorted(header_items.items()):
+        if k not in module_items:
+            bad.append(f"{kind} {k} of ddstore.h ({v}) is not in the module")
+        elif module_items[k] != v:
+            bad.append(f"{kind} {k}: {module_items[k]} in the module, {v} in ddstore.h")
+    for k in sorted(set(module_items) - set(header_items)):
+        bad.append(f"{kind} {k} of the module is not in ddstore.h")
+
+
 def main(header, module, include):
     decls, _ = ddstore_header.load(header)
     params, funcs, types = module_items(module_text(module, include))
-    bad = []
     # The release version macros change every release; Fortran callers ask
     # dds_version() instead of compiling a number in.
     consts = {k: v for k, v in ddstore_header.constants(decls).items()
               if k not in ddstore_header.VERSION_MACROS}
-    for k, v in sorted(consts.items()):
-        if k not in params:
-            bad.append(f"constant {k} = {v} has no parameter in the module")
-        elif params[k] != v:
-            bad.append(f"parameter {k} = {params[k]}, ddstore.h says {v}")
-    for k in sorted(set(params) - set(consts)):
-        bad.append(f"parameter {k} is not in ddstore.h")
     hfuncs = {k: len(p) for k, p in ddstore_header.functions(decls).items()}
-    for k, n in sorted(hfuncs.items()):
-        if k not in funcs:
-            bad.append(f"function {k} has no bind(C) interface")
-        elif funcs[k] != n:
-            bad.append(f"function {k}: {funcs[k]} arguments in the module, {n} in ddstore.h")
-    for k in sorted(set(funcs) - set(hfuncs)):
-        bad.append(f"interface {k} is not a function of ddstore.h")
-    for k, members in sorted(ddstore_header.structs(decls).items()):
-        members = [m for m, _ in members]
-        if k not in types:
-            bad.append(f"struct {k} has no bind(C) type")
-        elif types[k] != members:
-            bad.append(f"type {k}: members {types[k]}, ddstore.h has {members}")
+    structs = {k: [m for m, _ in members] for k, members in ddstore_header.structs(decls).items()}
+    bad = []
+    compare("constant", consts, params, bad)
+    compare("function (arguments)", hfuncs, funcs, bad)
+    compare("struct (members)", structs, types, bad)
     if bad:
         print("Fortran module and ddstore.h differ:\n  " + "\n  ".join(bad))
         return 1
