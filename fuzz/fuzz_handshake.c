@@ -1,5 +1,5 @@
 /* libFuzzer harness for the method-2 handshake-file parser (dds_hs_parse in
- * libddstore/src/handshake.c): the only parser of bytes that come from
+ * libddstore/src/core/handshake.c): the only parser of bytes that come from
  * outside the process (files in a directory other jobs can read and, if
  * misconfigured, write).
  *
