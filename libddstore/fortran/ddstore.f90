@@ -12,67 +12,20 @@
 ! are integer(c_int32_t) and integer(c_int64_t) of the same bits. Return
 ! codes are integer(c_int): DDS_OK or a negative DDS_E* parameter below.
 ! The semantics (collective calls, thread safety, ownership) are those of
-! ddstore.h. The constants and interfaces are generated from it
-! (gen_c_api.py, into the build directory); the derived types below are
-! written by hand (their defaults are choices) and checked against it by
-! tests/fortran/check_module.py (meson test), so none of it can drift.
+! ddstore.h. The constants, types and interfaces are generated from it
+! (gen_c_api.py, into the build directory), and the module as built is
+! checked against it by tests/fortran/check_module.py (meson test), so none
+! of it can drift; what is written here is the helpers below.
 module ddstore
   use, intrinsic :: iso_c_binding
   implicit none
 
-  ! Constants and the bind(C) interfaces of every function, generated from
-  ! ddstore.h at build time (gen_c_api.py, by the mapping above).
+  ! Constants, the structs as bind(C) derived types (members in the C order;
+  ! size-field convention: set %size to c_sizeof(x), or call the matching
+  ! *_init; the library reads and writes only %size bytes) and the bind(C)
+  ! interface of every function, generated from ddstore.h at build time
+  ! (gen_c_api.py, by the mapping above).
   include "ddstore_c_api.inc"
-
-  ! ---- structs (size-field convention: set %size to c_sizeof(x), or call
-  ! the matching *_init; the library reads and writes only %size bytes) ------
-
-  type, bind(C) :: dds_options
-    integer(c_int32_t) :: size = 0           ! uint32_t
-    integer(c_int32_t) :: method = DDS_METHOD_DEFAULT
-    integer(c_int32_t) :: width = 0
-    type(c_ptr) :: fabric = c_null_ptr        ! const char *, NUL-terminated
-    type(c_ptr) :: handshake_dir = c_null_ptr ! const char *, NUL-terminated
-    type(c_ptr) :: nic_map = c_null_ptr       ! const char *, NUL-terminated (since ABI 1.2)
-    type(c_ptr) :: storage_dir = c_null_ptr   ! const char *, NUL-terminated (since ABI 1.2)
-  end type dds_options
-
-  type, bind(C) :: dds_store_info
-    integer(c_int32_t) :: size = 0
-    integer(c_int32_t) :: method = 0
-    integer(c_int32_t) :: rank = 0
-    integer(c_int32_t) :: comm_size = 0
-    integer(c_int32_t) :: group_rank = 0
-    integer(c_int32_t) :: group_size = 0
-    integer(c_int32_t) :: group_index = 0
-    integer(c_int32_t) :: n_groups = 0
-    integer(c_int32_t) :: is_reader = 0
-    integer(c_int32_t) :: node_local = 0
-    integer(c_int32_t) :: reads_collective = 0
-    integer(c_int32_t) :: node_shm = 0
-  end type dds_store_info
-
-  type, bind(C) :: dds_var_info
-    integer(c_int32_t) :: size = 0
-    integer(c_int32_t) :: dtype = 0           ! uint32_t
-    integer(c_int64_t) :: global_rows = 0
-    integer(c_int64_t) :: local_rows = 0
-    integer(c_int64_t) :: row_bytes = 0
-    integer(c_int64_t) :: first_row = 0
-    integer(c_int32_t) :: group_size = 0
-  end type dds_var_info
-
-  type, bind(C) :: dds_stats_info
-    integer(c_int32_t) :: size = 0
-    integer(c_int64_t) :: read_calls = 0      ! uint64_t
-    integer(c_int64_t) :: rows_local = 0
-    integer(c_int64_t) :: rows_remote = 0
-    integer(c_int64_t) :: bytes_local = 0
-    integer(c_int64_t) :: bytes_remote = 0
-    real(c_double) :: read_seconds = 0
-    integer(c_int64_t) :: gather_requests = 0   ! since ABI 1.2
-    integer(c_int64_t) :: gather_bytes = 0
-  end type dds_stats_info
 
   ! Not part of the C ABI: the C library's strlen, for dds_c_string.
   interface

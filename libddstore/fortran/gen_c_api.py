@@ -4,8 +4,10 @@
 
 ddstore.f90 includes the output (meson generates it into the build directory):
 a parameter for every enumerator and numeric DDS_ macro of the header (less
-the release version macros: Fortran code asks dds_version()) and one
-bind(C) interface per DDS_API function, in header order, read with the one
+the release version macros: Fortran code asks dds_version()), a bind(C)
+derived type per public struct (members in order, initialised to 0 or
+c_null_ptr unless MEMBER_DEFAULTS says otherwise) and one bind(C)
+interface per DDS_API function, in header order, read with the one
 header parser (libddstore/abi/ddstore_header.py). So the binding cannot drift
 from the header and is not written out 36 times by hand; the mapping below
 is the one ddstore.f90's opening comment documents:
@@ -32,6 +34,8 @@ EXCEPTIONS = {
     ("dds_join", "handshake_dir"): "type(c_ptr), value",     # may be NULL (the environment's)
     ("dds_verify_saved", "bad_blocks"): "integer(c_int64_t)",  # by reference
 }
+# Struct members' initial values other than 0 / c_null_ptr.
+MEMBER_DEFAULTS = {("dds_options", "method"): "DDS_METHOD_DEFAULT"}
 # Enums passed as int (return codes); the others cross the ABI as int32_t/uint32_t.
 INT_ENUMS = {"dds_error"}
 
@@ -77,6 +81,19 @@ def interface(d, params):
     return lines
 
 
+def derived_type(name, members):
+    """A bind(C) derived type with the struct's members in order, each
+    initialised (0, c_null_ptr or MEMBER_DEFAULTS)."""
+    lines = [f"  type, bind(C) :: {name}"]
+    for member, ctype in members:
+        if ctype.endswith("*"):
+            decl, init = "type(c_ptr)", "c_null_ptr"
+        else:
+            decl, init = SCALAR[ctype], "0"
+        lines.append(f"    {decl} :: {member} = {MEMBER_DEFAULTS.get((name, member), init)}")
+    return lines + [f"  end type {name}"]
+
+
 def generate(header):
     decls, _ = ddstore_header.load(header)
     consts = ddstore_header.constants(decls)
@@ -92,6 +109,9 @@ def generate(header):
             for sig, _ in d.members:
                 name = sig.split("=")[0].strip()
                 out.append(f"  integer({kind}), parameter :: {name} = {consts[name]}")
+    out += ["", "  ! ---- structs (ddstore.h) ----"]
+    for name, members in ddstore_header.structs(decls).items():
+        out += [""] + derived_type(name, members)
     out += ["", "  ! ---- functions (ddstore.h, in its order) ----", "  interface"]
     first = True
     for d in decls:
