@@ -423,8 +423,6 @@ DDS_HIDDEN int dds_fab_var_expose(dds_store *s, dds_var *v);
 /* Release the variable's registration. Collective over the group for core
  * stores (a barrier may be used), local for readers. */
 DDS_HIDDEN void dds_fab_var_release(dds_store *s, dds_var *v);
-/* Read remote ops with fi_read; thread-safe; data complete on return. */
-DDS_HIDDEN int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
 DDS_HIDDEN int dds_fab_register_recv(dds_store *s, void *buf, size_t len);
 DDS_HIDDEN int dds_fab_unregister_recv(dds_store *s, void *buf);
 /* Close the transport (withdraw the publication, stop the progress thread). */

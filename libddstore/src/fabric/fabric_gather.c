@@ -308,9 +308,6 @@ static int finish_req(dds_store *s, dds_var *v, greq *q, const piece *pc)
 
 int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
 {
-    int rc = dds_fab_check_ops(s, v, ops, nops);
-    if (rc)
-        return rc;
     struct dds_fabric *F = s->fab;
     struct dds_fabric_var *FV = v->fab;
     const uint64_t maxr = F->max_msg < DDS_GATHER_MAX_REPLY ? (uint64_t)F->max_msg : DDS_GATHER_MAX_REPLY;

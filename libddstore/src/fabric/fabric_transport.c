@@ -25,20 +25,23 @@ static int fab_open(dds_store *s)
     return rc;
 }
 
-/* fi_read does not wait for targets (one-sided), so no read is bounded
- * differently from another. */
+/* Reads and gathers alike first check the transfers against the shards
+ * this process knows (dds_fab_check_ops), then carry them out. `bounded`
+ * changes nothing here: fi_read does not wait for targets (one-sided), and
+ * the owner serves a gather request from its progress thread whatever the
+ * read's kind (versioned reads check their generations around it). */
 static int fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
 {
     (void)bounded;
-    return dds_fab_read(s, v, ops, nops);
+    int rc = dds_fab_check_ops(s, v, ops, nops);
+    return rc ? rc : dds_fab_read(s, v, ops, nops);
 }
 
-/* The owner serves the request from its progress thread, whatever the
- * read's kind: versioned reads check their generations around it. */
 static int fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
 {
     (void)bounded;
-    return dds_fab_gather(s, v, ops, nops);
+    int rc = dds_fab_check_ops(s, v, ops, nops);
+    return rc ? rc : dds_fab_gather(s, v, ops, nops);
 }
 
 /* Providers that move one-sided reads in software, through the target's
