@@ -21,15 +21,13 @@ import os
 import re
 import sys
 
-from docutils import nodes
 from docutils.parsers.rst import directives
-from docutils.statemachine import StringList
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
-from sphinx.util.nodes import nested_parse_with_titles
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "libddstore", "abi"))
 from ddstore_header import parse_header  # noqa: E402  (the one header parser)
+from rstnodes import parse_lines  # noqa: E402
 
 logger = logging.getLogger(__name__)
 _PARAM = re.compile(r"^(\w+)\s{2,}(\S.*)$")
@@ -204,10 +202,7 @@ class CHeaderDirective(SphinxDirective):
         if dump:
             with open(dump, "w", encoding="utf-8") as f:
                 f.write("\n".join(lines))
-        node = nodes.section()
-        node.document = self.state.document
-        nested_parse_with_titles(self.state, StringList(lines, source=path), node)
-        return node.children
+        return parse_lines(self, lines, path)
 
 
 def setup(app):
