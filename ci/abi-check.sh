@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ABI check of libddstore against the committed record abi/libddstore.abi.
+# ABI check of libddstore against the committed record libddstore/abi/libddstore.abi.
 #
 #   bash ci/abi-check.sh            # rebuild, compare, fail on an incompatible change
 #   bash ci/abi-check.sh --update   # rewrite the record from a fresh build (commit it)
@@ -21,7 +21,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-record=abi/libddstore.abi
+record=libddstore/abi/libddstore.abi
 build=build-abi
 
 if ! command -v abidw >/dev/null || ! command -v abidiff >/dev/null; then
@@ -54,28 +54,12 @@ fi
 
 # Enumerators and numeric macros of the header are part of the ABI too, but
 # abidiff sees only types reachable from function signatures (ddstore.h passes
-# enum values as int32_t/uint32_t), so they are recorded separately.
-constants=abi/ddstore-constants.txt
+# enum values as int32_t/uint32_t), so they are recorded separately, as the
+# header parser of libddstore/abi/ddstore_header.py reads them (less the ABI
+# major, checked above, and the release version macros).
+constants=libddstore/abi/ddstore-constants.txt
 dump_constants() {
-  python3 - libddstore/include/ddstore/ddstore.h <<'PY'
-import re, sys
-text = re.sub(r"/\*.*?\*/", "", open(sys.argv[1]).read(), flags=re.S)
-out = {}
-for body in re.findall(r"enum\s+\w+\s*\{(.*?)\}", text, re.S):
-    value = -1
-    for item in body.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, _, v = item.partition("=")
-        value = int(v.strip(), 0) if v.strip() else value + 1
-        out[name.strip()] = value
-for name, v in re.findall(r"#define\s+(DDS_\w+)\s+(-?\d+)\b", text):
-    if name != "DDS_ABI_MAJOR":
-        out[name] = int(v)
-for name in sorted(out):
-    print(f"{name}={out[name]}")
-PY
+  python3 libddstore/abi/ddstore_header.py constants libddstore/include/ddstore/ddstore.h
 }
 
 dump() {
@@ -84,7 +68,7 @@ dump() {
 }
 
 if [ "${1:-}" = "--update" ]; then
-  mkdir -p abi
+  mkdir -p libddstore/abi
   dump > "$record"
   dump_constants > "$constants"
   echo "abi-check: wrote $record ($soname, $(grep -c '<elf-symbol ' "$record") symbols) and $constants ($(wc -l < "$constants") constants)"

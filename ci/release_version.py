@@ -3,7 +3,7 @@ the one source of it (meson, both Python packages and the docs read the file its
 
     python3 ci/release_version.py
 
-Places that must spell it out: pyddstore-torch's pin of pyddstore-core, the spack
+Places that must spell it out: the public header's DDS_VERSION_* macros, pyddstore-torch's pin of pyddstore-core, the spack
 recipes' versions and dependencies and the spack commands of the docs, the changelog's
 newest section, and libddstore/ddstore.map, whose version nodes each name the release
 that first ships them ("First shipped in release R"): R must not be later than
@@ -56,6 +56,15 @@ def main():
     stale = re.findall(r"New in [^:\n]*", mapfile)
     if stale:
         problems.append(f"ddstore.map: labels not naming a release: {stale}")
+
+    # The public header's DDS_VERSION_MAJOR/MINOR/PATCH (read by the one header
+    # parser, libddstore/abi/ddstore_header.py; meson also refuses to configure).
+    sys.path.insert(0, os.path.join(ROOT, "libddstore", "abi"))
+    import ddstore_header
+    consts = ddstore_header.constants(ddstore_header.load()[0])
+    header = ".".join(str(consts.get(m, "?")) for m in ddstore_header.VERSION_MACROS)
+    if header != version:
+        problems.append(f"libddstore/include/ddstore/ddstore.h: DDS_VERSION_* say {header}, expected {version}")
 
     # pyddstore-torch requires pyddstore-core of the same release.
     pins = re.findall(r'"pyddstore-core==([^"]+)"', read("pyddstore-torch/pyproject.toml"))

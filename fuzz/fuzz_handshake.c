@@ -1,5 +1,5 @@
 /* libFuzzer harness for the method-2 handshake-file parser (dds_hs_parse in
- * libddstore/src/handshake.c): the only parser of bytes that come from
+ * libddstore/src/core/handshake.c): the only parser of bytes that come from
  * outside the process (files in a directory other jobs can read and, if
  * misconfigured, write).
  *
@@ -35,25 +35,6 @@
             abort();                                                                       \
         }                                                                                  \
     } while (0)
-
-/* Same FNV-1a as the library (the checksum field, bytes 32..39, skipped). */
-static uint64_t fnv(const uint8_t *p, size_t len)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) {
-        if (i >= 32 && i < 40)
-            continue;
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 static int printable(const char *s, size_t max)
 {
@@ -152,8 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!copy)
             return 0;
         memcpy(copy, data, size);
-        put64(copy + 8, (uint64_t)size);
-        put64(copy + 32, fnv(copy, size));
+        dds_hs_seal(copy, size); /* the library's own length + checksum */
         parse_and_check(copy, size);
         free(copy);
     }

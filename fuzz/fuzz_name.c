@@ -1,5 +1,5 @@
 /* libFuzzer harness for the variable-name validator (dds_check_name in
- * libddstore/src/store.c): every name a user or a binding passes goes
+ * libddstore/src/core/vartable.c): every name a user or a binding passes goes
  * through it before it is copied, compared or written into a handshake file.
  *
  * Differential: the library's answer must equal an independent validator

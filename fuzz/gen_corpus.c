@@ -25,6 +25,17 @@ static void write_file(const char *dir, const char *name, const void *p, size_t 
     }
 }
 
+/* An encoder's result (rc, out[0..len)) written as dir/name, or exit. */
+static void write_encoded(const char *dir, const char *name, int rc, uint8_t *out, size_t len, const char *what)
+{
+    if (rc != DDS_OK) {
+        fprintf(stderr, "gen_corpus: encode %s: %s\n", what, dds_last_error());
+        exit(1);
+    }
+    write_file(dir, name, out, len);
+    free(out);
+}
+
 static void store_seed(const char *dir, const char *name, uint32_t n_core, const char *prov,
                        const char *host, uint16_t alen)
 {
@@ -50,14 +61,10 @@ static void store_seed(const char *dir, const char *name, uint32_t n_core, const
         for (uint16_t k = 0; k < alen; k++)
             st.addr[i][k] = (uint8_t)(i * 31 + k);
     }
-    uint8_t *out;
-    size_t len;
-    if (dds_hs_encode_store(run_id, &st, &out, &len) != DDS_OK) {
-        fprintf(stderr, "gen_corpus: encode store: %s\n", dds_last_error());
-        exit(1);
-    }
-    write_file(dir, name, out, len);
-    free(out);
+    uint8_t *out = NULL;
+    size_t len = 0;
+    int rc = dds_hs_encode_store(run_id, &st, &out, &len);
+    write_encoded(dir, name, rc, out, len, "store");
     free(buf);
     free(st.addr);
     free(st.addr_len);
@@ -83,14 +90,10 @@ static void var_seed(const char *dir, const char *name, const char *vname, uint3
         v.shards[i].addr = 0x7f0000000000ull + 0x100000ull * i;
         v.shards[i].key = 0xabc0 + i;
     }
-    uint8_t *out;
-    size_t len;
-    if (dds_hs_encode_var(run_id, &v, &out, &len) != DDS_OK) {
-        fprintf(stderr, "gen_corpus: encode var: %s\n", dds_last_error());
-        exit(1);
-    }
-    write_file(dir, name, out, len);
-    free(out);
+    uint8_t *out = NULL;
+    size_t len = 0;
+    int rc = dds_hs_encode_var(run_id, &v, &out, &len);
+    write_encoded(dir, name, rc, out, len, "var");
     free(v.shards);
 }
 

@@ -15,10 +15,8 @@ import glob
 import os
 import re
 
-from docutils import nodes
-from docutils.statemachine import StringList
+from rstnodes import parse_lines
 from sphinx.util.docutils import SphinxDirective
-from sphinx.util.nodes import nested_parse_with_titles
 
 _INLINE = re.compile(r"`([^`]+)`|\*\*([^*]+)\*\*|!\[([^\]]*)\]\(([^)]+)\)|\[([^\]]+)\]\(([^)]+)\)"
                      r"|(?<![\w*])\*([^*\s](?:[^*]*?[^*\s])?)\*(?![\w*])|([*_|\\])")
@@ -132,10 +130,7 @@ class BenchResultsDirective(SphinxDirective):
             lines = ["", ".. note::", "",
                      "   No benchmark results in this checkout. Run the benchmarks (see ``bench/``);",
                      "   they write ``bench/results/summary.md`` and plots that this page then shows.", ""]
-        node = nodes.section()
-        node.document = self.state.document
-        nested_parse_with_titles(self.state, StringList(lines, source=summary), node)
-        return node.children
+        return parse_lines(self, lines, summary)
 
 
 def setup(app):

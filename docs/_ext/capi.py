@@ -7,187 +7,30 @@ header is the contract, so its comments are the only copy of the C API text:
 nothing here is written twice and the reference cannot drift from the code.
 
 Why not doxygen + breathe: two more tools for one header whose comment style
-is plain and regular. What the header's style looks like, and so what this
-parser understands:
+is plain and regular. The header is parsed by libddstore/abi/ddstore_header.py,
+the one parser of it that the ABI check and the binding tests use too (its
+docstring says what it understands); this extension renders its declarations.
+In a comment, ``- item`` lines are a bullet list and ``  name   text`` lines
+(a name, two or more spaces, text) are a parameter list.
 
-* a ``/* ... */`` comment directly above a declaration documents it; one
-  comment may cover several consecutive declarations (``dds_epoch_begin`` and
-  ``dds_epoch_end``);
-* ``/* ---- Title ---- */`` starts a section;
-* enumerators and struct members carry a trailing ``/* ... */`` comment;
-* in a comment, ``- item`` lines are a bullet list and ``  name   text`` lines
-  (a name, two or more spaces, text) are a parameter list.
-
-An exported declaration (``DDS_API``) without a comment is a build warning, so
-``sphinx-build -W`` fails on an undocumented function.
+An exported declaration (``DDS_API``) or ``DDS_`` macro without a comment is a
+build warning, so ``sphinx-build -W`` fails on an undocumented one.
 """
 
 import os
 import re
+import sys
 
-from docutils import nodes
 from docutils.parsers.rst import directives
-from docutils.statemachine import StringList
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
-from sphinx.util.nodes import nested_parse_with_titles
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "libddstore", "abi"))
+from ddstore_header import parse_header  # noqa: E402  (the one header parser)
+from rstnodes import parse_lines  # noqa: E402
 
 logger = logging.getLogger(__name__)
-
-_TOKEN = re.compile(
-    r"(?P<comment>/\*.*?\*/)"
-    r"|(?P<pp>^[ \t]*#[^\n]*(?:\\\n[^\n]*)*)"
-    r"|(?P<extern>extern\s+\"C\"\s*\{)"
-    r"|(?P<ws>\s+)"
-    r"|(?P<code>[^/#\s][^;{]*(?:\{[^}]*\}[^;]*)?;|[^/#\s][^\n]*\n)",
-    re.S | re.M,
-)
-_SECTION = re.compile(r"^-{2,}\s*(.*?)\s*-{2,}$")
 _PARAM = re.compile(r"^(\w+)\s{2,}(\S.*)$")
-_FIELD = re.compile(r"^\s*(?P<decl>[^;/]+?);\s*(?:/\*(?P<doc>.*?)\*/)?\s*$", re.S)
-_ENUMERATOR = re.compile(r"^\s*(?P<name>\w+)\s*(?:=\s*(?P<value>[^,/]+?))?\s*,?\s*(?:/\*(?P<doc>.*?)\*/)?\s*$", re.S)
-
-
-class Decl:
-    """One documented item of the header."""
-
-    def __init__(self, kind, name, signature, doc, members=(), line=0):
-        self.kind = kind            # function, struct, enum, macro, type, section, intro
-        self.name = name
-        self.signature = signature
-        self.doc = doc              # list of comment lines (stripped of /* * */)
-        self.members = list(members)  # (signature, doc text) of enumerators / fields
-        self.line = line
-
-
-def _comment_lines(text):
-    """The lines of a /* */ comment, without delimiters and leading ' * '."""
-    body = text[2:-2]
-    lines = body.split("\n")
-    out = []
-    for ln in lines:
-        s = ln.rstrip()
-        m = re.match(r"^\s*\* ?", s)
-        if m and not s.strip().startswith("*/"):
-            s = s[m.end():]
-        elif out or s.strip():
-            s = s.strip() if not out else s
-        out.append(s)
-    while out and not out[0].strip():
-        out.pop(0)
-    while out and not out[-1].strip():
-        out.pop()
-    # Drop the common indentation.
-    ind = min((len(ln) - len(ln.lstrip()) for ln in out if ln.strip()), default=0)
-    return [ln[ind:] for ln in out]
-
-
-def _squash(s):
-    return re.sub(r"\s+", " ", s).strip()
-
-
-def parse_header(text):
-    """Parse ddstore.h-style C into a list of Decl, in header order.
-
-    Returns (decls, undocumented): undocumented lists exported functions that
-    have no comment of their own.
-    """
-    decls = []
-    undocumented = []
-    pending = None          # comment lines waiting for their declaration
-    pending_used = False    # the pending comment documented the previous declaration
-    first = True
-    pos = 0
-    for m in _TOKEN.finditer(text):
-        if m.start() != pos:
-            # Unparsed text between tokens would be silently dropped; make it loud.
-            raise ValueError(f"capi: cannot parse header near line {text.count(chr(10), 0, pos) + 1}")
-        pos = m.end()
-        line = text.count("\n", 0, m.start()) + 1
-        kind = m.lastgroup
-        tok = m.group(kind)
-        if kind == "ws":
-            if tok.count("\n") >= 2 and pending_used:
-                pending, pending_used = None, False
-            continue
-        if kind == "comment":
-            lines = _comment_lines(tok)
-            if first:
-                decls.append(Decl("intro", "", "", lines, line=line))
-                first = False
-                continue
-            sec = _SECTION.match(" ".join(lines).strip())
-            if sec and len(lines) == 1:
-                decls.append(Decl("section", sec.group(1), "", [], line=line))
-                pending, pending_used = None, False
-                continue
-            pending, pending_used = lines, False
-            continue
-        first = False
-        if kind == "pp":
-            d = re.match(r"^\s*#\s*define\s+(\w+)(?:\s+(.*))?$", tok.strip())
-            if d and pending is not None:
-                name, value = d.group(1), (d.group(2) or "").strip()
-                decls.append(Decl("macro", name, name, pending,
-                                  members=[("value", value)] if value else [], line=line))
-            pending, pending_used = None, False
-            continue
-        code = tok.strip()
-        if kind == "extern" or code == "}":
-            continue
-        if code.startswith("enum"):
-            em = re.match(r"enum\s+(\w+)\s*\{(.*)\}\s*;", code, re.S)
-            if not em:
-                raise ValueError(f"capi: cannot parse enum at line {line}")
-            members = []
-            # Split enumerators at commas that end a line (comments may hold commas).
-            for item in re.split(r",\s*(?=(?:/\*.*?\*/\s*)?\n)|\n", em.group(2)):
-                item = item.strip().rstrip(",")
-                if not item:
-                    continue
-                if item.startswith("/*"):
-                    if members:  # a comment on the line after an enumerator's comma
-                        sig, doc = members[-1]
-                        members[-1] = (sig, _squash(doc + " " + item[2:-2]))
-                    continue
-                im = _ENUMERATOR.match(item)
-                if not im:
-                    raise ValueError(f"capi: cannot parse enumerator {item!r} at line {line}")
-                sig = im.group("name") + (f" = {im.group('value').strip()}" if im.group("value") else "")
-                members.append((sig, _squash(im.group("doc") or "")))
-            decls.append(Decl("enum", em.group(1), em.group(1), pending or [], members, line))
-            pending, pending_used = None, False
-            continue
-        if code.startswith("typedef struct"):
-            sm = re.match(r"typedef\s+struct\s+(\w+)\s*\{(.*)\}\s*(\w+)\s*;", code, re.S)
-            if sm:
-                members = []
-                for item in re.findall(r"[^;{}]+;[ \t]*(?:/\*.*?\*/)?", sm.group(2), re.S):
-                    fm = _FIELD.match(item)
-                    if fm:
-                        members.append((_squash(fm.group("decl")), _squash(fm.group("doc") or "")))
-                decls.append(Decl("struct", sm.group(3), sm.group(3), pending or [], members, line))
-            else:
-                om = re.match(r"typedef\s+struct\s+(\w+)\s+(\w+)\s*;", code)
-                if not om:
-                    raise ValueError(f"capi: cannot parse typedef at line {line}")
-                decls.append(Decl("type", om.group(2), om.group(2), pending or [], line=line))
-            pending, pending_used = None, False
-            continue
-        if code.startswith("DDS_API"):
-            sig = _squash(code[len("DDS_API"):].rstrip(";"))
-            fm = re.search(r"(\w+)\s*\(", sig)
-            name = fm.group(1) if fm else sig
-            if pending is None:
-                undocumented.append((name, line))
-            decls.append(Decl("function", name, sig, pending or [], line=line))
-            if pending is not None:
-                pending_used = True
-            continue
-        raise ValueError(f"capi: unexpected declaration at line {line}: {code[:60]!r}")
-    if pos != len(text):
-        raise ValueError("capi: trailing text not parsed")
-    return decls, undocumented
 
 
 class Linker:
@@ -228,6 +71,9 @@ class Linker:
                     # :c:func: renders its own parentheses.
                     # A role's end-string cannot be followed by "(": escape the gap.
                     out.append(f":{role}:`{word}`" + ("" if role == "c:func" or not call else "\\ " + call))
+                    # Nor by a character such as "=" (DDSTORE_NODE_LOCAL=0): the same escape.
+                    if not call and pos < len(text) and re.match(r"[^\s.,;:!?)\]'\"/-]", text[pos]):
+                        out.append("\\ ")
                 elif call:
                     out.append(f"``{word}()``")
                 elif word.endswith("_"):
@@ -286,6 +132,12 @@ def doc_to_rst(lines, link, params_as_fields=False):
     return out
 
 
+# Declarations rendered as a directive with one nested directive per member
+# (an opaque "type" has no members).
+_AGGREGATE = {"enum": ("c:enum", "c:enumerator"), "struct": ("c:struct", "c:member"),
+              "type": ("c:struct", "c:member")}
+
+
 def render(decls, link):
     """reST lines for the whole header."""
     out = []
@@ -312,21 +164,12 @@ def render(decls, link):
             if d.members:
                 body += ["", f"Value: ``{d.members[0][1]}``", ""]
             add(body, "   ")
-        elif d.kind == "enum":
-            out.extend(["", f".. c:enum:: {d.name}", ""])
+        elif d.kind in _AGGREGATE:
+            directive, member = _AGGREGATE[d.kind]
+            out.extend(["", f".. {directive}:: {d.name}", ""])
             add(doc_to_rst(d.doc, link), "   ")
             for sig, doc in d.members:
-                out.extend(["", f"   .. c:enumerator:: {sig}", ""])
-                if doc:
-                    add(["", link(doc), ""], "      ")
-        elif d.kind == "type":
-            out.extend(["", f".. c:struct:: {d.name}", ""])
-            add(doc_to_rst(d.doc, link), "   ")
-        elif d.kind == "struct":
-            out.extend(["", f".. c:struct:: {d.name}", ""])
-            add(doc_to_rst(d.doc, link), "   ")
-            for sig, doc in d.members:
-                out.extend(["", f"   .. c:member:: {sig}", ""])
+                out.extend(["", f"   .. {member}:: {sig}", ""])
                 if doc:
                     add(["", link(doc), ""], "      ")
         elif d.kind == "function":
@@ -359,10 +202,7 @@ class CHeaderDirective(SphinxDirective):
         if dump:
             with open(dump, "w", encoding="utf-8") as f:
                 f.write("\n".join(lines))
-        node = nodes.section()
-        node.document = self.state.document
-        nested_parse_with_titles(self.state, StringList(lines, source=path), node)
-        return node.children
+        return parse_lines(self, lines, path)
 
 
 def setup(app):

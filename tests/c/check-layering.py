@@ -10,7 +10,10 @@ that B's object defines (a function, or a table of them, such as a
 transport). Prints the bottom-up dependency order (each level uses only the
 levels before it) and exits 1, printing the cycle, when the file-level graph
 has one: files that call each other cannot be understood, tested or replaced
-one at a time. Calls through function pointers are not seen, but taking the
+one at a time. It also exits 1 when a file calls up across the layers of
+libddstore/src (libfabric's prov/ + util habit): core/ uses core/ only; mpi/
+and fabric/ (the two transports) use core/ and their own folder, never each
+other; api/ may use everything. Calls through function pointers are not seen, but taking the
 address of a table or function defined elsewhere is, so choosing a transport
 counts as depending on it.
 """
@@ -20,11 +23,35 @@ import subprocess
 import sys
 
 
+# The layers of libddstore/src (folder names) and the folders each may use.
+LAYERS = {
+    "core": {"core"},
+    "mpi": {"core", "mpi"},
+    "fabric": {"core", "fabric"},
+    "api": {"core", "mpi", "fabric", "api"},
+}
+
+
 def file_name(obj):
-    """src_store.c.o -> store.c (meson's object naming)."""
+    """src_core_store.c.o -> core/store.c (meson's object naming)."""
     base = os.path.basename(obj)
     base = re.sub(r"\.o(bj)?$", "", base)
-    return base[4:] if base.startswith("src_") else base
+    base = base[4:] if base.startswith("src_") else base
+    layer, _, rest = base.partition("_")
+    return f"{layer}/{rest}" if layer in LAYERS and rest else base
+
+
+def layer_violations(graph):
+    """(file, dependency, symbols) for each call up or across the layers."""
+    bad = []
+    for name, deps in graph.items():
+        layer = name.split("/")[0]
+        if layer not in LAYERS:
+            continue
+        for dep, syms in deps.items():
+            if dep.split("/")[0] not in LAYERS[layer]:
+                bad.append((name, dep, syms))
+    return sorted(bad)
 
 
 def read_objects(path):
@@ -111,8 +138,19 @@ def main():
             print(f"  {a} -> {b}  ({', '.join(sorted(graph[a][b])[:4])}"
                   f"{', ...' if len(graph[a][b]) > 4 else ''})")
         return 1
+    bad = layer_violations(graph)
+    if bad:
+        print("check-layering: FAILED: calls up or across the layers of libddstore/src "
+              "(core < mpi, fabric < api):")
+        for a, b, syms in bad:
+            print(f"  {a} -> {b}  ({', '.join(sorted(syms)[:4])})")
+        return 1
+    unlayered = sorted(n for n in graph if n.split("/")[0] not in LAYERS)
+    if unlayered:
+        print(f"check-layering: FAILED: files outside the layer folders: {' '.join(unlayered)}")
+        return 1
     level = levels(graph)
-    print("check-layering: no call cycle; bottom-up order (each level uses only the levels before it):")
+    print("check-layering: no call cycle, no call up the layers; bottom-up order (each level uses only the levels before it):")
     for k in range(max(level.values()) + 1):
         files = sorted(n for n in level if level[n] == k)
         print(f"  {k}: {' '.join(files)}")

@@ -212,6 +212,13 @@ int main(int argc, char **argv)
 
     CHECK(dds_abi_version() == DDS_ABI_MAJOR, "abi %d", dds_abi_version());
     CHECK(dds_version()[0] != '\0', "version");
+    /* This test is built with the library it runs with: the header's release
+     * macros name the same release as dds_version(). */
+    char header_version[48];
+    snprintf(header_version, sizeof header_version, "%d.%d.%d", DDS_VERSION_MAJOR, DDS_VERSION_MINOR,
+             DDS_VERSION_PATCH);
+    CHECK(strcmp(dds_version(), header_version) == 0, "dds_version() %s, header %s", dds_version(),
+          header_version);
     CHECK(strcmp(dds_strerror(DDS_ENOENT), dds_strerror(DDS_EINVAL)) != 0, "strerror");
     CHECK(dds_last_error() != NULL, "last_error never NULL");
 

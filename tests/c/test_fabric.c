@@ -24,22 +24,6 @@
 
 static int rank, size;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Byte b of global row r of a variable with salt k: every byte differs
- * between neighbouring rows and variables, so a misplaced byte shows. */
-static uint8_t byte_of(int k, int64_t r, int64_t b)
-{
-    uint64_t x = (uint64_t)r * 0x9E3779B97F4A7C15ull + (uint64_t)b * 0xBF58476D1CE4E5B9ull + (uint64_t)k;
-    x ^= x >> 29;
-    return (uint8_t)(x * 0x94D049BB133111EBull >> 56);
-}
-
 static void fill_rows(int k, int64_t first, int64_t n, int64_t rb, uint8_t *buf)
 {
     for (int64_t i = 0; i < n; i++)
@@ -294,11 +278,14 @@ static void busy_owner_suite(dds_store *s, const var_desc *d)
  * chosen by opts->nic_map (the original DDStore's "iface=cpus;..." map)
  * when no DDSTORE_FABRIC_DOMAIN overrides it; a map that cannot be honoured
  * on one rank fails on every rank. */
-static void nic_suite(const dds_options *base, const char *dom)
+static void nic_suite(int method, const char *handshake_dir, const char *dom)
 {
     char map[160], why[512], got[128];
     snprintf(map, sizeof map, "%s=0-8191", dom);
-    dds_options o = *base;
+    dds_options o;
+    dds_options_init(&o);
+    o.method = method;
+    o.handshake_dir = handshake_dir;
     o.nic_map = map;
     dds_store *s = NULL;
     OK(dds_create(&s, MPI_Comm_c2f(MPI_COMM_WORLD), &o));
@@ -353,22 +340,13 @@ int main(int argc, char **argv)
 
     provider_absent();
 
-    dds_options o;
-    dds_options_init(&o);
-    o.method = method;
     /* Method 2 publishes in a private directory unless one is given. */
     char base[512] = { 0 }, hs[600] = { 0 };
     if (method == DDS_METHOD_FILE && !getenv("DDSTORE_HANDSHAKE_DIR")) {
-        if (rank == 0) {
-            snprintf(base, sizeof base, "%s/dds-fab-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-            CHECK(mkdtemp(base) != NULL, "mkdtemp");
-        }
-        MPI_Bcast(base, sizeof base, MPI_CHAR, 0, MPI_COMM_WORLD);
+        test_tmpdir(base, sizeof base, "dds-fab-test");
         snprintf(hs, sizeof hs, "%s/hs", base);
-        o.handshake_dir = hs;
     }
-    dds_store *s = NULL;
-    OK(dds_create(&s, MPI_Comm_c2f(MPI_COMM_WORLD), &o));
+    dds_store *s = test_create(method, hs[0] ? hs : NULL);
     dds_store_info si = { .size = sizeof si };
     OK(dds_store_info_get(s, &si));
     CHECK(si.method == method, "method %d", si.method);
@@ -405,7 +383,7 @@ int main(int argc, char **argv)
 
     OK(dds_free(s));
     MPI_Barrier(MPI_COMM_WORLD);
-    nic_suite(&o, dom);
+    nic_suite(method, hs[0] ? hs : NULL, dom);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0 && base[0])
         CHECK(rmdir(base) == 0, "free leaves the handshake directory it created behind");

@@ -41,13 +41,6 @@ extern char **environ;
 
 static int rank, size;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static uint64_t rng(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -218,22 +211,13 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 77;
     }
-    dds_options o;
-    dds_options_init(&o);
-    o.method = method;
     char base[512] = { 0 }, hs[600] = { 0 };
     if (method == DDS_METHOD_FILE) {
-        if (rank == 0) {
-            snprintf(base, sizeof base, "%s/dds-gen-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-            CHECK(mkdtemp(base) != NULL, "mkdtemp");
-        }
-        MPI_Bcast(base, sizeof base, MPI_CHAR, 0, MPI_COMM_WORLD);
+        test_tmpdir(base, sizeof base, "dds-gen-test");
         snprintf(hs, sizeof hs, "%s/hs", base);
-        o.handshake_dir = hs;
     }
     double t0 = now();
-    dds_store *s = NULL;
-    OK(dds_create(&s, MPI_Comm_c2f(MPI_COMM_WORLD), &o));
+    dds_store *s = test_create(method, hs[0] ? hs : NULL);
 
     /* Bad input first, on every rank alike. */
     CHECK(dds_init_versioned(s, "gen/bad", 4, 8, DDS_DTYPE_UINT8, 0) == DDS_EINVAL, "block_rows 0");

@@ -36,24 +36,11 @@
 #include <ddstore/ddstore.h>
 
 #include "check.h"
+#include "handshake_sum.h"
 
 extern char **environ;
 
 static int rank = -1, size;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint8_t byte_of(int k, int64_t r, int64_t b)
-{
-    uint64_t x = (uint64_t)r * 0x9E3779B97F4A7C15ull + (uint64_t)b * 0xBF58476D1CE4E5B9ull + (uint64_t)k;
-    x ^= x >> 29;
-    return (uint8_t)(x * 0x94D049BB133111EBull >> 56);
-}
 
 /* Rows per core rank: uneven, rank 1 holds none. */
 static int64_t rows_of(int r) { return r == 1 ? 0 : 4 + 5 * r; }
@@ -262,29 +249,9 @@ static void put(const char *path, const void *data, size_t len)
     CHECK(rename(tmp, path) == 0, "rename %s", tmp);
 }
 
-/* The format's checksum (handshake.h): FNV-1a of the file minus bytes 32..39. */
-static void fix_checksum(uint8_t *p, size_t len)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) {
-        if (i >= 32 && i < 40)
-            continue;
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    for (int i = 0; i < 8; i++)
-        p[32 + i] = (uint8_t)(h >> (8 * i));
-}
-
 static void put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
@@ -341,17 +308,6 @@ static int count_dds_files(const char *dir)
     }
     closedir(d);
     return n;
-}
-
-static dds_store *create_core(const char *dir)
-{
-    dds_options o;
-    dds_options_init(&o);
-    o.method = DDS_METHOD_FILE;
-    o.handshake_dir = dir;
-    dds_store *s = NULL;
-    OK(dds_create(&s, MPI_Comm_c2f(MPI_COMM_WORLD), &o));
-    return s;
 }
 
 /* ---- the core group's tests ------------------------------------------------------ */
@@ -416,18 +372,18 @@ static void corrupt_files(const char *dir)
     expect_join_error(dir, size, DDS_EPROTO, "magic", "garbage");
     memcpy(b, orig, n);
     b[4] = 99; /* version */
-    fix_checksum(b, n);
+    dds_hs_put_checksum(b, n);
     put(store, b, n);
     expect_join_error(dir, size, DDS_EPROTO, "version", "future version");
     memcpy(b, orig, n);
     put_u32(b + 40, 0xFFFFFFFFu); /* n_core, with a valid checksum */
-    fix_checksum(b, n);
+    dds_hs_put_checksum(b, n);
     put(store, b, n);
     expect_join_error(dir, size, DDS_EPROTO, "core rank count", "hostile rank count");
     memcpy(b, orig, n);
     memset(b + n, 0xAB, 16); /* trailing bytes, length field updated */
-    put_u64(b + 8, n + 16);
-    fix_checksum(b, n + 16);
+    dds_hs_put_le64(b + 8, n + 16);
+    dds_hs_put_checksum(b, n + 16);
     put(store, b, n + 16);
     expect_join_error(dir, size, DDS_EPROTO, "trailing", "trailing bytes");
     {
@@ -469,13 +425,13 @@ static void corrupt_files(const char *dir)
     /* First shard's row count beyond its registered memory, checksum valid.
      * Layout: 40 header + 24 fixed + 2 + name, then 32 bytes per shard. */
     size_t name_len = (size_t)(vorig[64] | (vorig[65] << 8));
-    put_u64(vb + 66 + name_len, (uint64_t)1 << 40);
-    fix_checksum(vb, vn);
+    dds_hs_put_le64(vb + 66 + name_len, (uint64_t)1 << 40);
+    dds_hs_put_checksum(vb, vn);
     put(var, vb, vn);
     expect_join_error(dir, size, DDS_EPROTO, "registered memory", "shard beyond its memory");
     memcpy(vb, vorig, vn);
-    put_u64(vb + 66 + name_len, (uint64_t)1 << 63); /* negative rows */
-    fix_checksum(vb, vn);
+    dds_hs_put_le64(vb + 66 + name_len, (uint64_t)1 << 63); /* negative rows */
+    dds_hs_put_checksum(vb, vn);
     put(var, vb, vn);
     expect_join_error(dir, size, DDS_EPROTO, NULL, "negative rows");
     put(var, vorig, vn);
@@ -510,16 +466,7 @@ int main(int argc, char **argv)
 
     /* One private base directory for the whole job. */
     char base[PATH_MAX] = { 0 };
-    if (rank == 0) {
-        /* DDSTORE_TEST_SHARED_DIR: a directory that readers on other hosts see
-         * too (each simulated host has its own /tmp). */
-        const char *tmp = getenv("DDSTORE_TEST_SHARED_DIR");
-        if (!tmp || !*tmp)
-            tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-        snprintf(base, sizeof base, "%s/dds-hs-test-XXXXXX", tmp);
-        CHECK(mkdtemp(base) != NULL, "mkdtemp");
-    }
-    MPI_Bcast(base, sizeof base, MPI_CHAR, 0, MPI_COMM_WORLD);
+    test_tmpdir(base, sizeof base, "dds-hs-test");
     char old_dir[PATH_MAX], dir[PATH_MAX];
     snprintf(old_dir, sizeof old_dir, "%.3000s/old", base);
     snprintf(dir, sizeof dir, "%.3000s/pub", base);
@@ -528,7 +475,7 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* An earlier run's leftovers in `dir`. */
-    dds_store *old = create_core(old_dir);
+    dds_store *old = test_create(DDS_METHOD_FILE, old_dir);
     add_var(old, "stale/x", 9, 8);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
@@ -553,7 +500,7 @@ int main(int argc, char **argv)
     if (rank == 0)
         usleep(500000);
     MPI_Barrier(MPI_COMM_WORLD);
-    dds_store *s = create_core(dir);
+    dds_store *s = test_create(DDS_METHOD_FILE, dir);
     add_var(s, "hs/a", 1, 16);
     add_var(s, "hs/b", 2, 4099);
     if (rank == 0)

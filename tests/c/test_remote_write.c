@@ -39,7 +39,7 @@ static int rank = -1, size;
 
 #define ROW_BYTES 24
 
-static uint8_t byte_of(int64_t row, int64_t b) { return (uint8_t)(row * 131 + b * 7 + 5); }
+static uint8_t pattern_byte(int64_t row, int64_t b) { return (uint8_t)(row * 131 + b * 7 + 5); }
 static int64_t rows_of(int r) { return 3 + 2 * r; }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -110,17 +110,9 @@ int main(int argc, char **argv)
         return 77;
     }
 
-    char dir[64] = "/tmp/ddstore-rw.XXXXXX";
-    if (rank == 0)
-        CHECK(mkdtemp(dir) != NULL, "mkdtemp: %s", strerror(errno));
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-
-    dds_options o;
-    dds_options_init(&o);
-    o.method = DDS_METHOD_FILE;
-    o.handshake_dir = dir;
-    dds_store *s = NULL;
-    OK(dds_create(&s, MPI_Comm_c2f(MPI_COMM_WORLD), &o));
+    char dir[512];
+    test_tmpdir(dir, sizeof dir, "ddstore-rw");
+    dds_store *s = test_create(DDS_METHOD_FILE, dir);
 
     int64_t first = 0, total = 0;
     for (int r = 0; r < size; r++) {
@@ -132,7 +124,7 @@ int main(int argc, char **argv)
     uint8_t *mine = malloc((size_t)(n * ROW_BYTES));
     for (int64_t i = 0; i < n; i++)
         for (int64_t b = 0; b < ROW_BYTES; b++)
-            mine[i * ROW_BYTES + b] = byte_of(first + i, b);
+            mine[i * ROW_BYTES + b] = pattern_byte(first + i, b);
     OK(dds_add(s, "target", mine, n, ROW_BYTES, DDS_DTYPE_BYTES));
     MPI_Barrier(MPI_COMM_WORLD);
 
@@ -150,7 +142,7 @@ int main(int argc, char **argv)
     uint8_t *all = malloc((size_t)(total * ROW_BYTES));
     OK(dds_get(s, "target", all, 0, total));
     for (int64_t i = 0; i < total * ROW_BYTES; i++)
-        CHECK(all[i] == byte_of(i / ROW_BYTES, i % ROW_BYTES), "row %lld byte %lld changed",
+        CHECK(all[i] == pattern_byte(i / ROW_BYTES, i % ROW_BYTES), "row %lld byte %lld changed",
               (long long)(i / ROW_BYTES), (long long)(i % ROW_BYTES));
 
     OK(dds_init(s, "updated", UPD_ROWS, ROW_BYTES, DDS_DTYPE_BYTES));

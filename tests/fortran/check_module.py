@@ -1,6 +1,11 @@
 """Check the Fortran module against ddstore.h, so that neither can drift.
 
-    python3 tests/fortran/check_module.py libddstore/include/ddstore/ddstore.h libddstore/fortran/ddstore.f90
+    python3 tests/fortran/check_module.py libddstore/include/ddstore/ddstore.h libddstore/fortran/ddstore.f90 \
+        <builddir>/ddstore_c_api.inc
+
+The module includes its constants and interfaces from ddstore_c_api.inc,
+which the build generates from the header (libddstore/fortran/gen_c_api.py):
+name it, as built, so that the generator is checked too.
 
 Compares: every DDS_* enumerator and numeric #define of the header with the
 module's parameter of the same name (same value, none missing, none extra);
@@ -9,44 +14,12 @@ and the same number of arguments; every public struct's members (names and
 order) with the bind(C) derived type of the same name. Exits 1 with a list
 of differences.
 """
+import os
 import re
 import sys
 
-
-def header_constants(text):
-    out = {}
-    for body in re.findall(r"enum\s+\w+\s*\{(.*?)\}", text, re.S):
-        value = -1
-        for item in body.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            name, _, v = item.partition("=")
-            value = int(v.strip(), 0) if v.strip() else value + 1
-            out[name.strip()] = value
-    for name, v in re.findall(r"#define\s+(DDS_\w+)\s+(-?\d+)\b", text):
-        out[name] = int(v)
-    return out
-
-
-def header_functions(text):
-    out = {}
-    for name, args in re.findall(r"DDS_API\s+[^;(]*?\b(dds_\w+)\s*\((.*?)\)\s*;", text, re.S):
-        args = args.strip()
-        out[name] = 0 if args in ("", "void") else args.count(",") + 1
-    return out
-
-
-def header_structs(text):
-    out = {}
-    for body, name in re.findall(r"typedef\s+struct\s+\w+\s*\{(.*?)\}\s*(\w+)\s*;", text, re.S):
-        members = []
-        for decl in body.split(";"):
-            decl = decl.strip()
-            if decl:
-                members.append(re.findall(r"(\w+)\s*$", decl)[0])
-        out[name] = members
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "libddstore", "abi"))
+import ddstore_header  # noqa: E402  (the one parser of ddstore.h)
 
 
 def module_items(text):
@@ -71,31 +44,41 @@ def module_items(text):
     return params, funcs, types
 
 
-def main(header, module):
-    htext = re.sub(r"/\*.*?\*/", "", open(header).read(), flags=re.S)
-    params, funcs, types = module_items(open(module).read())
+def module_text(module, include):
+    """The module's source with its `include "ddstore_c_api.inc"` line
+    replaced by the generated file."""
+    text = open(module).read()
+    line = re.search(r'^\s*include\s+"ddstore_c_api\.inc"\s*$', text, re.M)
+    if not line:
+        sys.exit(f"check_module: {module} has no include of ddstore_c_api.inc")
+    return text[:line.start()] + open(include).read() + text[line.end():]
+
+
+def compare(kind, header_items, module_items, bad):
+    """Appends to bad each item of the header missing from the module or
+    different there, and each module item the header does not have."""
+    for k, v in sorted(header_items.items()):
+        if k not in module_items:
+            bad.append(f"{kind} {k} of ddstore.h ({v}) is not in the module")
+        elif module_items[k] != v:
+            bad.append(f"{kind} {k}: {module_items[k]} in the module, {v} in ddstore.h")
+    for k in sorted(set(module_items) - set(header_items)):
+        bad.append(f"{kind} {k} of the module is not in ddstore.h")
+
+
+def main(header, module, include):
+    decls, _ = ddstore_header.load(header)
+    params, funcs, types = module_items(module_text(module, include))
+    # The release version macros change every release; Fortran callers ask
+    # dds_version() instead of compiling a number in.
+    consts = {k: v for k, v in ddstore_header.constants(decls).items()
+              if k not in ddstore_header.VERSION_MACROS}
+    hfuncs = {k: len(p) for k, p in ddstore_header.functions(decls).items()}
+    structs = {k: [m for m, _ in members] for k, members in ddstore_header.structs(decls).items()}
     bad = []
-    consts = header_constants(htext)
-    for k, v in sorted(consts.items()):
-        if k not in params:
-            bad.append(f"constant {k} = {v} has no parameter in the module")
-        elif params[k] != v:
-            bad.append(f"parameter {k} = {params[k]}, ddstore.h says {v}")
-    for k in sorted(set(params) - set(consts)):
-        bad.append(f"parameter {k} is not in ddstore.h")
-    hfuncs = header_functions(htext)
-    for k, n in sorted(hfuncs.items()):
-        if k not in funcs:
-            bad.append(f"function {k} has no bind(C) interface")
-        elif funcs[k] != n:
-            bad.append(f"function {k}: {funcs[k]} arguments in the module, {n} in ddstore.h")
-    for k in sorted(set(funcs) - set(hfuncs)):
-        bad.append(f"interface {k} is not a function of ddstore.h")
-    for k, members in sorted(header_structs(htext).items()):
-        if k not in types:
-            bad.append(f"struct {k} has no bind(C) type")
-        elif types[k] != members:
-            bad.append(f"type {k}: members {types[k]}, ddstore.h has {members}")
+    compare("constant", consts, params, bad)
+    compare("function (arguments)", hfuncs, funcs, bad)
+    compare("struct (members)", structs, types, bad)
     if bad:
         print("Fortran module and ddstore.h differ:\n  " + "\n  ".join(bad))
         return 1
@@ -105,4 +88,6 @@ def main(header, module):
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    sys.exit(main(*sys.argv[1:4]))

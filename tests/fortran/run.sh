@@ -13,8 +13,9 @@ source ci/env.sh
 [ -x .venv/bin/meson ] && export PATH="$root/.venv/bin:$PATH"
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
-python3 tests/fortran/check_module.py libddstore/include/ddstore/ddstore.h libddstore/fortran/ddstore.f90
 source tests/fortran/install-prefix.sh build-fortran
+python3 tests/fortran/check_module.py libddstore/include/ddstore/ddstore.h libddstore/fortran/ddstore.f90 \
+  build-fortran/build/ddstore_c_api.inc
 
 fmoddir=$(pkg-config --variable=fmoddir libddstore)
 [ -f "$fmoddir/ddstore.mod" ] || { echo "FAILED: no ddstore.mod in fmoddir=$fmoddir"; exit 1; }

@@ -75,6 +75,15 @@ extern "C" {
  * soname carries it (libddstore.so.DDS_ABI_MAJOR). */
 #define DDS_ABI_MAJOR 1
 
+/* Release version of this header, MAJOR.MINOR.PATCH (libddstore/VERSION; the
+ * build refuses to configure when they differ), for compile-time tests such
+ * as `#if DDS_VERSION_MAJOR > 0 || DDS_VERSION_MINOR >= 2`. The library a
+ * program runs with may be a later release: dds_version() tells which. Not
+ * part of the ABI record (they change every release). */
+#define DDS_VERSION_MAJOR 0
+#define DDS_VERSION_MINOR 1
+#define DDS_VERSION_PATCH 0
+
 /* Longest variable name in bytes, not counting the terminating NUL. */
 #define DDS_NAME_MAX 255
 

@@ -2,7 +2,7 @@
 
 pyddstore mirrors parts of the header by hand (error codes, dtype tags, the
 ctypes structs, NAME_MAX, the ABI major, every function's prototype), and so
-do the meson files (the soname's major) and abi/ddstore-constants.txt (the
+do the meson files (the soname's major) and libddstore/abi/ddstore-constants.txt (the
 ABI record). Each check here parses the real header of this checkout, so a
 change on one side that is not made on the other fails the suite instead of
 corrupting memory at run time. No MPI: every rank checks the same files.
@@ -10,6 +10,7 @@ corrupting memory at run time. No MPI: every rank checks the same files.
 import ctypes
 import pathlib
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -21,18 +22,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 HEADER = ROOT / "libddstore" / "include" / "ddstore" / "ddstore.h"
 
 
-def _header_text():
-    if not HEADER.is_file():
-        pytest.fail(f"{HEADER} not found: run the suite from a checkout")
-    # Comments out, so that names in prose are not taken for declarations.
-    text = HEADER.read_text()
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", text)
+if not HEADER.is_file():
+    pytest.fail(f"{HEADER} not found: run the suite from a checkout", pytrace=False)
+sys.path.insert(0, str(ROOT / "libddstore" / "abi"))
+import ddstore_header  # noqa: E402  (the one parser of ddstore.h)
 
-
-TEXT = _header_text()
-CONSTANTS = {m[1]: int(m[2]) for m in re.finditer(r"\b(DDS_[A-Z0-9_]+)\s*=\s*(-?\d+)", TEXT)}
-DEFINES = {m[1]: int(m[2]) for m in re.finditer(r"#define\s+(DDS_[A-Z0-9_]+)\s+(-?\d+)\b", TEXT)}
+DECLS, _ = ddstore_header.load(str(HEADER))
+ALL_CONSTANTS = ddstore_header.constants(DECLS)
+ENUM_NAMES = {sig.split("=")[0].strip() for d in DECLS if d.kind == "enum" for sig, _ in d.members}
+CONSTANTS = {k: v for k, v in ALL_CONSTANTS.items() if k in ENUM_NAMES}
+DEFINES = {k: v for k, v in ALL_CONSTANTS.items() if k not in ENUM_NAMES}
 
 
 def test_header_parsed():
@@ -43,11 +42,10 @@ def test_header_parsed():
 
 def test_constants_record_matches_header():
     record = {}
-    for line in (ROOT / "abi" / "ddstore-constants.txt").read_text().split():
+    for line in (ROOT / "libddstore" / "abi" / "ddstore-constants.txt").read_text().split():
         name, value = line.split("=")
         record[name] = int(value)
-    want = {**CONSTANTS, **{k: v for k, v in DEFINES.items() if k != "DDS_ABI_MAJOR"}}
-    assert record == want, "abi/ddstore-constants.txt is stale: bash ci/abi-check.sh --update"
+    assert record == ddstore_header.abi_constants(DECLS), "libddstore/abi/ddstore-constants.txt is stale: bash ci/abi-check.sh --update"
 
 
 def test_error_codes():
@@ -87,35 +85,18 @@ _CTYPE_OF = {
 }
 
 
-def _struct_members(name):
-    m = re.search(r"typedef\s+struct\s+%s\s*\{(.*?)\}\s*%s\s*;" % (name, name), TEXT, re.S)
-    assert m, f"struct {name} not in the header"
-    members = []
-    for decl in m[1].split(";"):
-        decl = " ".join(decl.split())
-        if not decl:
-            continue
-        d = re.fullmatch(r"(.+?)\s*(\*?)\s*(\w+)", decl)
-        ctype = d[1] + (" *" if d[2] else "")
-        members.append((d[3], ctype))
-    return members
-
-
 @pytest.mark.parametrize("cname,pyclass", [
     ("dds_options", _lib.Options), ("dds_store_info", _lib.StoreInfo),
     ("dds_var_info", _lib.VarInfoC), ("dds_stats_info", _lib.StatsInfo)])
 def test_structs(cname, pyclass):
-    members = _struct_members(cname)
+    members = ddstore_header.structs(DECLS)[cname]
     assert [f[0] for f in pyclass._fields_] == [m[0] for m in members]
     for (fname, ftype), (_, ctype) in zip(pyclass._fields_, members):
         assert ftype is _CTYPE_OF[ctype], f"{cname}.{fname}: {ctype} vs {ftype.__name__}"
 
 
 def test_prototypes():
-    decls = {}
-    for m in re.finditer(r"DDS_API\s+([^;{]*?)\b(dds_\w+)\s*\(([^)]*)\)\s*;", TEXT):
-        params = [p for p in m[3].split(",") if p.strip() not in ("", "void")]
-        decls[m[2]] = len(params)
+    decls = {name: len(params) for name, params in ddstore_header.functions(DECLS).items()}
     assert decls, "no DDS_API declarations found"
     mirrored = {name: len(argtypes) for name, (_, argtypes) in _lib._PROTOTYPES.items()}
     assert mirrored == decls

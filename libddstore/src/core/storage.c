@@ -1236,6 +1236,15 @@ static uint32_t *by_variable(const dds_store *s, const uint32_t *crcs, const int
     return out;
 }
 
+/* dds_save and dds_verify_saved begin alike: the group's SAVE step (which
+ * fails at once on a group whose collectives are out of step), then this
+ * rank's verdict rc agreed by every rank. */
+static int save_step(dds_store *s, int rc)
+{
+    int src = dds_step(s, DDS_COLL_SAVE, rc, NULL);
+    return src ? src : dds_agree(s->comm, rc);
+}
+
 DDS_API int dds_save(dds_store *s)
 {
     int rc = dds_core_begin(s, "cannot save");
@@ -1247,10 +1256,7 @@ DDS_API int dds_save(dds_store *s)
                      "directory (storage_dir / DDSTORE_STORAGE_DIR) can be saved");
     else if (st->reopened)
         rc = dds_err(DDS_ESTATE, "the store was reopened from %s, where it is saved already", st->dir);
-    int src = dds_step(s, DDS_COLL_SAVE, rc, NULL);
-    if (src)
-        return src;
-    rc = dds_agree(s->comm, rc);
+    rc = save_step(s, rc);
     if (rc)
         return rc;
 
@@ -1333,10 +1339,7 @@ DDS_API int dds_verify_saved(dds_store *s, int64_t *bad_blocks)
     if (!st || !st->reopened)
         rc = dds_err(DDS_ESTATE, "dds_verify_saved checks a store reopened with dds_open() against the "
                      "checksums saved with it; this store was %s", st ? "not reopened" : "made in memory");
-    int src = dds_step(s, DDS_COLL_SAVE, rc, NULL);
-    if (src)
-        return src;
-    rc = dds_agree(s->comm, rc);
+    rc = save_step(s, rc);
     if (rc)
         return rc;
     const dds_manifest *m = &st->manifest;

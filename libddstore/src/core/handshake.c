@@ -81,20 +81,6 @@ static void put_u64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* FNV-1a over the file minus the checksum field: catches torn or edited
- * files that still parse. */
-static uint64_t checksum(const uint8_t *p, size_t len)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) {
-        if (i >= 32 && i < 40)
-            continue;
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 static void w_header(wbuf *w, uint32_t kind, const uint8_t *run_id)
 {
     w_u32(w, DDS_HS_MAGIC);
@@ -112,7 +98,7 @@ static int w_finish(wbuf *w, uint8_t **out, size_t *len)
         return dds_err(DDS_ENOMEM, "out of memory encoding a handshake file");
     }
     put_u64(w->p + 8, (uint64_t)w->n);
-    put_u64(w->p + 32, checksum(w->p, w->n));
+    put_u64(w->p + 32, dds_hs_checksum(w->p, w->n));
     *out = w->p;
     *len = w->n;
     return DDS_OK;
@@ -357,7 +343,7 @@ int dds_hs_parse(const void *bytes, size_t len, dds_hs_file *out)
     memcpy(out->run_id, p + 16, DDS_HS_RUN_ID_BYTES);
     r.off = 32;
     r_u64(&r, &sum, "checksum");
-    if (sum != checksum(p, len))
+    if (sum != dds_hs_checksum(p, len))
         return proto("checksum mismatch", 32);
     int rc;
     if (kind == DDS_HS_KIND_STORE)

@@ -325,10 +325,6 @@ int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
 int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
                         size_t nvars)
 {
-    int rc;
-    for (size_t j = 0; j < nvars; j++)
-        if (nops[j] && (rc = dds_fab_check_ops(s, vars[j], ops[j], nops[j])))
-            return rc;
     struct dds_fabric *F = s->fab;
     const uint64_t maxr = F->max_msg < DDS_GATHER_MAX_REPLY ? (uint64_t)F->max_msg : DDS_GATHER_MAX_REPLY;
 

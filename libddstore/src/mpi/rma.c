@@ -307,7 +307,6 @@ static void rma_describe(const dds_store *s, char *buf, size_t cap)
 }
 
 const dds_transport dds_transport_rma = {
-    .size = sizeof(dds_transport),
     .name = "MPI RMA",
     .page_shards = false,
     .collective_reads = true,

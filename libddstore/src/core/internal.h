@@ -76,12 +76,13 @@ typedef struct dds_read_op {
  * dds_join: libfabric), so that no other code asks which method is in use.
  * Instances: dds_transport_rma (rma.c, method 0) and dds_transport_fabric
  * (fabric_transport.c, methods 1 and 2; nofabric.c without libfabric).
- * Size first, as libfabric's ops tables: `size` is sizeof(dds_transport)
- * where the instance was filled in, so that operations added at the end
- * can be tested for. A NULL operation is one the transport does not need:
- * the caller skips it, which succeeds. */
+ * A NULL operation is one the transport does not need: the caller skips it,
+ * which succeeds. No `size` field (libfabric's ops tables have one, and
+ * FI_CHECK_OP tests it, because providers are built apart from their
+ * callers): every table here is compiled into the library that calls it,
+ * from this one definition, so such a field could only ever equal
+ * sizeof(dds_transport). */
 typedef struct dds_transport {
-    size_t size;
     const char *name;
     /* Shards on whole pages of their own, read-only between writes
      * (protect.c): the memory is registered for remote reads, and a stray
@@ -428,8 +429,6 @@ DDS_HIDDEN int dds_fab_var_expose(dds_store *s, dds_var *v);
 /* Release the variable's registration. Collective over the group for core
  * stores (a barrier may be used), local for readers. */
 DDS_HIDDEN void dds_fab_var_release(dds_store *s, dds_var *v);
-/* Read remote ops with fi_read; thread-safe; data complete on return. */
-DDS_HIDDEN int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
 DDS_HIDDEN int dds_fab_register_recv(dds_store *s, void *buf, size_t len);
 DDS_HIDDEN int dds_fab_unregister_recv(dds_store *s, void *buf);
 /* Close the transport (withdraw the publication, stop the progress thread). */

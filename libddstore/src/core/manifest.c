@@ -249,6 +249,15 @@ static int number(cursor *c, int64_t lo, int64_t hi, int64_t *out)
     return DDS_OK;
 }
 
+/* A whole line "<kw> <number>", the number in [lo, hi]. */
+static int number_line(cursor *c, const char *kw, int64_t lo, int64_t hi, int64_t *out)
+{
+    int rc = keyword(c, kw);
+    if (!rc)
+        rc = number(c, lo, hi, out);
+    return rc ? rc : end_line(c);
+}
+
 /* A space, then exactly `n` lowercase hex digits (n <= 2 * DDS_NAME_MAX)
  * into out[0..n], NUL-terminated. */
 static int hex_word(cursor *c, size_t n_min, size_t n_max, char *out, size_t *n_out)
@@ -397,12 +406,8 @@ int dds_manifest_parse(dds_manifest *m, const char *buf, size_t len, const char 
     if (!rc)
         rc = end_line(&c);
     if (!rc)
-        rc = keyword(&c, "ranks");
-    if (!rc)
-        rc = number(&c, 1, 1 << 24, &x);
+        rc = number_line(&c, "ranks", 1, 1 << 24, &x);
     m->nranks = (int32_t)x;
-    if (!rc)
-        rc = end_line(&c);
     if (!rc)
         rc = keyword(&c, "volumes");
     if (!rc)
@@ -427,18 +432,10 @@ int dds_manifest_parse(dds_manifest *m, const char *buf, size_t len, const char 
     if (!rc)
         rc = end_line(&c);
     if (!rc)
-        rc = keyword(&c, "block-bytes");
-    if (!rc)
-        rc = number(&c, 4096, (int64_t)1 << 40, &x);
+        rc = number_line(&c, "block-bytes", 4096, (int64_t)1 << 40, &x);
     m->block_bytes = (uint64_t)x;
     if (!rc)
-        rc = end_line(&c);
-    if (!rc)
-        rc = keyword(&c, "vars");
-    if (!rc)
-        rc = number(&c, 0, 1 << 24, &m->nvars);
-    if (!rc)
-        rc = end_line(&c);
+        rc = number_line(&c, "vars", 0, 1 << 24, &m->nvars);
     if (!rc && m->nvars && !(m->vars = calloc((size_t)m->nvars, sizeof *m->vars)))
         rc = dds_err(DDS_ENOMEM, "out of memory reading a storage manifest");
     for (int64_t i = 0; !rc && i < m->nvars; i++)
@@ -457,12 +454,8 @@ int dds_manifest_parse(dds_manifest *m, const char *buf, size_t len, const char 
     }
     const char *common_end = c.p;
     if (!rc)
-        rc = keyword(&c, "this-volume");
-    if (!rc)
-        rc = number(&c, 0, m->nvolumes - 1, &x);
+        rc = number_line(&c, "this-volume", 0, m->nvolumes - 1, &x);
     m->this_volume = (int32_t)x;
-    if (!rc)
-        rc = end_line(&c);
     for (int64_t i = 0; !rc && i < m->nvars; i++) {
         dds_manifest_var *v = &m->vars[i];
         rc = keyword(&c, "file");

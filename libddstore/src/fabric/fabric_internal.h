@@ -226,13 +226,17 @@ DDS_HIDDEN bool dds_fab_serve_pass(struct dds_fabric *F);
 /* Free the serving side; after F->t_ep is closed, before the domain. */
 DDS_HIDDEN void dds_fab_serve_free(struct dds_fabric *F);
 
-/* ---- fabric_read.c (used by fabric_gather.c) ------------------------------------------ */
+/* ---- fabric_read.c (used by fabric_gather.c, fabric_transport.c) ---------------------- */
 
 /* Drain the initiator CQ once, handing completions to their operations;
  * `block`: wait on the CQ's descriptor up to 1 ms instead of spinning. */
 DDS_HIDDEN void dds_fab_drain_cq(struct dds_fabric *F, bool block);
-/* Validate transfers against the shards and the store's state. */
+/* Validate transfers against the shards and the store's state (the
+ * transport table's read and gather do, before dds_fab_read/_gather). */
 DDS_HIDDEN int dds_fab_check_ops(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
+/* Read remote ops, checked by dds_fab_check_ops, with fi_read; thread-safe;
+ * data complete on return. */
+DDS_HIDDEN int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
 /* A reader's check, every 2 s once stuck since `*stuck_since` (ns; 0: not
  * stuck), whether the publication was withdrawn: then true (the error is
  * set and the store marked broken). `*last_check` is the caller's. */
@@ -240,12 +244,14 @@ DDS_HIDDEN bool dds_fab_withdrawn(struct dds_fabric *F, uint64_t stuck_since, ui
 
 /* ---- fabric_gather.c -------------------------------------------------------------- */
 
-/* Owner-side gather of remote ops (grouped by owner): one request per
- * owner (more when over DDS_GATHER_MAX_ENTRIES or _MAX_REPLY), replies
- * scattered into the ops' dst. Thread-safe; data complete on return. */
+/* Owner-side gather of remote ops (grouped by owner; checked by
+ * dds_fab_check_ops): one request per owner (more when over
+ * DDS_GATHER_MAX_ENTRIES or _MAX_REPLY), replies scattered into the ops'
+ * dst. Thread-safe; data complete on return. */
 DDS_HIDDEN int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
-/* The same for several variables' ops (each grouped by owner) at once: one
- * request per owner carries the transfers of every variable. */
+/* The same for several variables' ops (nops[i] ops of vars[i], each list
+ * grouped by owner and checked) at once: one request per owner carries the
+ * transfers of every variable. */
 DDS_HIDDEN int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops,
                                    const size_t *nops, size_t nvars);
 

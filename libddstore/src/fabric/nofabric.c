@@ -14,7 +14,6 @@ static int no_fabric(void)
 static int nofab_open(dds_store *s) { (void)s; return no_fabric(); }
 
 const dds_transport dds_transport_fabric = {
-    .size = sizeof(dds_transport),
     .name = "libfabric (not built)",
     .open = nofab_open,
 };

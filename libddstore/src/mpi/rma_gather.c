@@ -121,6 +121,14 @@ static int wait_one(dds_store *s, MPI_Request *req)
                             "the other ranks of its group in a gather exchange (method 0)");
 }
 
+/* One all-to-all of the exchange, started by the call that returned mrc
+ * (named by what), waited for within the group's bound. An MPI error breaks
+ * the group: the other ranks may be inside the exchange already. */
+static int exchanged(dds_store *s, int mrc, MPI_Request *req, const char *what)
+{
+    return mrc != MPI_SUCCESS ? broken(s, dds_err_mpi(mrc, what)) : wait_one(s, req);
+}
+
 static int grow(void **p, size_t *cap, size_t want)
 {
     if (want <= *cap)
@@ -241,16 +249,10 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
             g.rbytes[ops[i].owner] += ops[i].len;
         }
         MPI_Request req;
-        int mrc = MPI_Ialltoall(g.hdr_out, 2, MPI_INT64_T, g.hdr_in, 2, MPI_INT64_T, s->gather_comm, &req);
-        if (mrc != MPI_SUCCESS) {
-            rc = broken(s, dds_err_mpi(mrc, "MPI_Ialltoall (gather requests)"));
+        rc = exchanged(s, MPI_Ialltoall(g.hdr_out, 2, MPI_INT64_T, g.hdr_in, 2, MPI_INT64_T, s->gather_comm, &req),
+                       &req, "MPI_Ialltoall (gather requests)");
+        if (rc)
             break;
-        }
-        int wrc = wait_one(s, &req);
-        if (wrc) {
-            rc = wrc;
-            break;
-        }
 
         /* 2. the transfers, (offset, length) per pair. */
         int off = 0;
@@ -284,16 +286,11 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
                                    (long long)in_total / 2));
             break;
         }
-        mrc = MPI_Ialltoallv(g.pairs_out, g.scount, g.sdisp, MPI_INT64_T, g.pairs_in, g.rcount, g.rdisp,
-                             MPI_INT64_T, s->gather_comm, &req);
-        if (mrc != MPI_SUCCESS) {
-            rc = broken(s, dds_err_mpi(mrc, "MPI_Ialltoallv (gather requests)"));
+        rc = exchanged(s, MPI_Ialltoallv(g.pairs_out, g.scount, g.sdisp, MPI_INT64_T, g.pairs_in, g.rcount,
+                                         g.rdisp, MPI_INT64_T, s->gather_comm, &req),
+                       &req, "MPI_Ialltoallv (gather requests)");
+        if (rc)
             break;
-        }
-        if ((wrc = wait_one(s, &req))) {
-            rc = wrc;
-            break;
-        }
 
         /* 3. the owner gathers each reader's rows behind a status; replies. */
         int64_t out_total = 0;
@@ -330,16 +327,11 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
             g.rdisp[p] = (int)expect;
             expect += g.rcount[p];
         }
-        mrc = MPI_Ialltoallv(g.reply_out, g.scount, g.sdisp, MPI_BYTE, g.reply_in, g.rcount, g.rdisp,
-                             MPI_BYTE, s->gather_comm, &req);
-        if (mrc != MPI_SUCCESS) {
-            rc = broken(s, dds_err_mpi(mrc, "MPI_Ialltoallv (gather replies)"));
+        rc = exchanged(s, MPI_Ialltoallv(g.reply_out, g.scount, g.sdisp, MPI_BYTE, g.reply_in, g.rcount,
+                                         g.rdisp, MPI_BYTE, s->gather_comm, &req),
+                       &req, "MPI_Ialltoallv (gather replies)");
+        if (rc)
             break;
-        }
-        if ((wrc = wait_one(s, &req))) {
-            rc = wrc;
-            break;
-        }
 
         /* Scatter the replies into the transfers' destinations. */
         for (int p = 0; p < n; p++) {

@@ -25,20 +25,34 @@ static int fab_open(dds_store *s)
     return rc;
 }
 
-/* fi_read does not wait for targets (one-sided), so no read is bounded
- * differently from another. */
+/* Reads and gathers alike first check the transfers against the shards
+ * this process knows (dds_fab_check_ops), then carry them out. `bounded`
+ * changes nothing here: fi_read does not wait for targets (one-sided), and
+ * the owner serves a gather request from its progress thread whatever the
+ * read's kind (versioned reads check their generations around it). */
 static int fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
 {
     (void)bounded;
-    return dds_fab_read(s, v, ops, nops);
+    int rc = dds_fab_check_ops(s, v, ops, nops);
+    return rc ? rc : dds_fab_read(s, v, ops, nops);
 }
 
-/* The owner serves the request from its progress thread, whatever the
- * read's kind: versioned reads check their generations around it. */
 static int fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
 {
     (void)bounded;
-    return dds_fab_gather(s, v, ops, nops);
+    int rc = dds_fab_check_ops(s, v, ops, nops);
+    return rc ? rc : dds_fab_gather(s, v, ops, nops);
+}
+
+static int fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
+                           size_t nvars)
+{
+    for (size_t i = 0; i < nvars; i++) {
+        int rc = nops[i] ? dds_fab_check_ops(s, vars[i], ops[i], nops[i]) : DDS_OK;
+        if (rc)
+            return rc;
+    }
+    return dds_fab_gather_vars(s, vars, ops, nops, nvars);
 }
 
 /* Providers that move one-sided reads in software, through the target's
@@ -74,7 +88,6 @@ static void fab_describe_domain(const dds_store *s, bool why, char *buf, size_t 
 }
 
 const dds_transport dds_transport_fabric = {
-    .size = sizeof(dds_transport),
     .name = "libfabric",
     .page_shards = true,
     .collective_reads = false, /* one-sided: the target does nothing */
@@ -90,12 +103,11 @@ const dds_transport dds_transport_fabric = {
     .describe = fab_describe,
     .describe_domain = fab_describe_domain,
     .gather = fab_gather,
-    .gather_vars = dds_fab_gather_vars,
+    .gather_vars = fab_gather_vars,
     .rma_emulated = fab_rma_emulated,
 };
 
 const dds_transport dds_transport_fabric_onesided = {
-    .size = sizeof(dds_transport),
     .name = "libfabric",
     .page_shards = true,
     .collective_reads = false,

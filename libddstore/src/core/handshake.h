@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "handshake_sum.h"
 #include "internal.h"
 
 #define DDS_HS_MAGIC 0x53484444u /* bytes "DDHS" */
