@@ -189,13 +189,7 @@ static int wait_some(struct dds_fabric *F, gcall *call, gwait *w, greq **reqs, s
         w->progress_at = t;
         w->seen = c;
     } else if (F->read_timeout_ns && t - w->progress_at > F->read_timeout_ns) {
-        atomic_store(&F->broken, 1);
-        return dds_err(DDS_ETIMEDOUT,
-                       "owner-side gather%s%s did not complete: no reply for %.1f s (DDSTORE_READ_TIMEOUT_S) "
-                       "while waiting for group rank %d, which is dead or stuck; this store can no longer "
-                       "read: free it (a reader may join again)",
-                       F->pubdir ? " from the store published in " : "", F->pubdir ? F->pubdir : "",
-                       (double)F->read_timeout_ns * 1e-9, owner_of_first_pending(reqs, lo, hi));
+        return dds_fab_timed_out(F, "owner-side gather", "reply", owner_of_first_pending(reqs, lo, hi));
     }
     if (dds_fab_withdrawn(F, w->stuck_since, &w->last_check))
         return DDS_EFABRIC;

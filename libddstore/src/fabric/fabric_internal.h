@@ -237,6 +237,11 @@ DDS_HIDDEN int dds_fab_check_ops(dds_store *s, dds_var *v, const dds_read_op *op
 /* Read remote ops, checked by dds_fab_check_ops, with fi_read; thread-safe;
  * data complete on return. */
 DDS_HIDDEN int dds_fab_read(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops);
+/* End a read that saw no completion for F->read_timeout_ns: mark the
+ * store broken (the provider still holds its operations) and set
+ * DDS_ETIMEDOUT naming `what` ("reads"), the `awaited` event and the
+ * group rank waited for. */
+DDS_HIDDEN int dds_fab_timed_out(struct dds_fabric *F, const char *what, const char *awaited, int owner);
 /* A reader's check, every 2 s once stuck since `*stuck_since` (ns; 0: not
  * stuck), whether the publication was withdrawn: then true (the error is
  * set and the store marked broken). `*last_check` is the caller's. */

@@ -181,14 +181,19 @@ static int read_timed_out(struct dds_fabric *F, read_batch *b)
     for (int i = 0; i < b->nslots && owner < 0; i++)
         if (atomic_load(&b->slots[i].busy))
             owner = b->slots[i].owner;
+    return dds_fab_timed_out(F, "reads", "completion", owner);
+}
+
+int dds_fab_timed_out(struct dds_fabric *F, const char *what, const char *awaited, int owner)
+{
     /* The provider still holds the operations: the endpoint cannot be
      * trusted for new reads. */
     atomic_store(&F->broken, 1);
     return dds_err(DDS_ETIMEDOUT,
-                   "reads%s%s did not complete: no completion for %.1f s (DDSTORE_READ_TIMEOUT_S) while "
-                   "waiting for group rank %d, which is dead or stuck; this store can no longer read: free "
-                   "it (a reader may join again)",
-                   F->pubdir ? " from the store published in " : "", F->pubdir ? F->pubdir : "",
+                   "%s%s%s did not complete: no %s for %.1f s (DDSTORE_READ_TIMEOUT_S) while waiting for "
+                   "group rank %d, which is dead or stuck; this store can no longer read: free it (a reader "
+                   "may join again)",
+                   what, F->pubdir ? " from the store published in " : "", F->pubdir ? F->pubdir : "", awaited,
                    (double)F->read_timeout_ns * 1e-9, owner);
 }
 
