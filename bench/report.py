@@ -246,6 +246,7 @@ B5_SIZES = (64, 512, 4096, 65536)
 # loader across 2 hosts against 1 host, the store against the mpi4py gather ceiling.
 B5_NAMES = {"m0": "method 0", "m1_tcp": "method 1 tcp", "m2_tcp": "method 2 tcp",
             "m1_tcp_1s": "method 1 tcp one-sided (DDSTORE_GATHER=never)",
+            "m1_tcp_spin0": "method 1 tcp, readers block at once (DDSTORE_FABRIC_SPIN_US=0)",
             "gather_mpi4py": "mpi4py gather ceiling", "c_fabric_req_reply": "C libfabric request/reply",
             "c_mpi_alltoallv": "C MPI Alltoallv"}
 

@@ -221,6 +221,18 @@ void dds_fab_init_struct(struct dds_fabric *F)
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 #endif
     pthread_rwlock_init(&F->recv_lock, &ra);
+    /* How long a waiting reader polls its completion queue before it
+     * blocks on the queue's descriptor (DDSTORE_FABRIC_SPIN_US). */
+    F->spin_ns = 50000;
+    const char *spin = dds_env("DDSTORE_FABRIC_SPIN_US");
+    if (spin) {
+        char *end;
+        long v = strtol(spin, &end, 10);
+        if (end != spin && *end == '\0' && v >= 0 && v <= 1000000)
+            F->spin_ns = (uint64_t)v * 1000;
+        else
+            dds_debug("DDSTORE_FABRIC_SPIN_US='%s' is not 0 to 1000000; using 50", spin);
+    }
     pthread_rwlockattr_destroy(&ra);
     atomic_store(&F->next_key, 1);
 }

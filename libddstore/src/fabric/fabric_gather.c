@@ -15,7 +15,8 @@
  *
  * Waits: completions come through the shared initiator CQ (fabric_read.c
  * drains it and hands each to its request through the context), blocking
- * on its file descriptor after a 50 us spin (without one, shm: sleeping
+ * on its file descriptor after a spin of DDSTORE_FABRIC_SPIN_US (default
+ * 50 us; without a descriptor, shm: sleeping
  * 50 us between polls after 1 ms), so a waiting reader leaves
  * the CPU to the threads it waits for. The read deadline
  * (DDSTORE_READ_TIMEOUT_S, F->read_timeout_ns) bounds the time without a
@@ -162,7 +163,7 @@ static void free_req(greq *q)
     free(q);
 }
 
-/* Waits of one call: spin 50 us, then block; errors at the deadline. */
+/* Waits of one call: spin F->spin_ns, then block; errors at the deadline. */
 typedef struct gwait {
     uint64_t since, progress_at, seen, stuck_since, last_check;
 } gwait;
@@ -193,7 +194,7 @@ static int wait_some(struct dds_fabric *F, gcall *call, gwait *w, greq **reqs, s
     }
     if (dds_fab_withdrawn(F, w->stuck_since, &w->last_check))
         return DDS_EFABRIC;
-    dds_fab_drain_cq(F, t - w->since > 50000);
+    dds_fab_drain_cq(F, t - w->since >= F->spin_ns);
     /* No descriptor to block on (shm): back off instead of spinning once
      * the reply is late. */
     if (!F->cq_wait && t - w->since > 1000000)

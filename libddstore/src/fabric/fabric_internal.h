@@ -161,6 +161,7 @@ struct dds_fabric {
     _Atomic int broken; /* a reader gave up on reads: the store is unusable */
     double timeout_s;
     uint64_t read_timeout_ns; /* DDSTORE_READ_TIMEOUT_S; 0: wait for ever */
+    uint64_t spin_ns;         /* DDSTORE_FABRIC_SPIN_US: a reader's polling before it blocks */
     pthread_mutex_t attach_lock;
     char prov[DDS_HS_MAX_PROV + 1];
     dds_nic nic; /* which NIC (domain) this process opened, and why (nic.c) */

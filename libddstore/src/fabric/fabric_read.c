@@ -111,8 +111,8 @@ void dds_fab_drain_cq(struct dds_fabric *F, bool block)
         sched_yield();
 }
 
-/* Completions arrive within microseconds on a fast fabric: spin briefly,
- * then block. */
+/* Completions arrive within microseconds on a fast fabric: spin briefly
+ * (F->spin_ns), then block. */
 typedef struct waiter {
     uint64_t since;
     uint64_t stuck_since; /* first wait of this call without the reset of a posted op */
@@ -128,7 +128,7 @@ static void wait_some(struct dds_fabric *F, waiter *w)
         w->since = t;
     if (w->stuck_since == 0)
         w->stuck_since = t;
-    dds_fab_drain_cq(F, t - w->since > 50000);
+    dds_fab_drain_cq(F, t - w->since >= F->spin_ns);
 }
 
 /* A reader cannot tell a slow core rank from a dead one, and some

@@ -114,3 +114,18 @@ def test_argument_errors(comm, rank, size):
         comm.Barrier()
     finally:
         s.free()
+
+
+@pytest.mark.parametrize("spin", ["0", "1000", "not-a-number"])
+def test_readers_spin_or_block(comm, rank, size, spin):
+    """DDSTORE_FABRIC_SPIN_US: readers that block at once (0), poll longer,
+    or fall back to the default on a bad value all read bit-exact."""
+    with environ(DDSTORE_FABRIC_SPIN_US=spin):
+        s = make_store(comm)
+    try:
+        add_fields(s, rank, size)
+        rows = np.random.default_rng(rank + 3).integers(0, int(offsets(size)[-1]), size=100)
+        read_all(s, rows)
+        comm.Barrier()
+    finally:
+        s.free()
