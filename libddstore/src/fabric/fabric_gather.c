@@ -24,6 +24,7 @@
  * withdrawn. Either ends the read with an error naming the owner, cancels
  * the receives still posted and marks the store broken, as fi_read does.
  * Thread-safe: tags come from one atomic counter. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,9 +324,10 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
     struct dds_fabric *F = s->fab;
     const uint64_t maxr = F->max_msg < DDS_GATHER_MAX_REPLY ? (uint64_t)F->max_msg : DDS_GATHER_MAX_REPLY;
 
-    /* Transfers cut at maxr, grouped by owner (each variable's already
-     * are; across variables a stable counting sort), then requests: runs of
-     * one owner's pieces. */
+    /* Transfers cut at maxr, then requests: runs of one owner's pieces.
+     * Each variable's list is grouped by owner, in ascending order
+     * (dds_read_split): the lists are merged owner by owner, so one
+     * request to an owner carries every variable's transfers. */
     size_t npc = 0;
     for (size_t j = 0; j < nvars; j++)
         for (size_t i = 0; i < nops[j]; i++)
@@ -337,41 +339,36 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
     size_t *starts = malloc((npc + 1) * sizeof *starts); /* first piece of each request */
     greq **reqs = calloc(npc, sizeof *reqs);
     gcall *call = calloc(1, sizeof *call);
-    size_t *count = nvars > 1 ? calloc((size_t)s->group_size + 1, sizeof *count) : NULL;
-    piece *sorted = nvars > 1 ? malloc(npc * sizeof *sorted) : NULL;
-    if (!pc || !owner || !starts || !reqs || !call || (nvars > 1 && (!count || !sorted))) {
+    size_t *at = calloc(nvars, sizeof *at); /* each list's next op */
+    if (!pc || !owner || !starts || !reqs || !call || !at) {
         free(pc);
         free(owner);
         free(starts);
         free(reqs);
         free(call);
-        free(count);
-        free(sorted);
+        free(at);
         return dds_err(DDS_ENOMEM, "out of memory for a gather of %zu transfers", npc);
     }
     size_t k = 0, nreq = 0;
-    for (size_t j = 0; j < nvars; j++)
-        for (size_t i = 0; i < nops[j]; i++)
-            for (uint64_t d = 0; d < (uint64_t)ops[j][i].len; d += maxr) {
-                const dds_read_op *op = &ops[j][i];
-                uint64_t l = (uint64_t)op->len - d < maxr ? (uint64_t)op->len - d : maxr;
-                pc[k] = (piece){ .var = vars[j], .dst = op->dst + d, .offset = (uint64_t)op->src_offset + d, .len = l };
-                owner[k++] = op->owner;
+    for (;;) {
+        int g = INT_MAX; /* the lowest owner not taken yet */
+        for (size_t j = 0; j < nvars; j++)
+            if (at[j] < nops[j] && ops[j][at[j]].owner < g)
+                g = ops[j][at[j]].owner;
+        if (g == INT_MAX)
+            break;
+        for (size_t j = 0; j < nvars; j++)
+            for (; at[j] < nops[j] && ops[j][at[j]].owner == g; at[j]++) {
+                const dds_read_op *op = &ops[j][at[j]];
+                for (uint64_t d = 0; d < (uint64_t)op->len; d += maxr) {
+                    uint64_t l = (uint64_t)op->len - d < maxr ? (uint64_t)op->len - d : maxr;
+                    pc[k] = (piece){ .var = vars[j], .dst = op->dst + d, .offset = (uint64_t)op->src_offset + d,
+                                     .len = l };
+                    owner[k++] = g;
+                }
             }
-    if (sorted) {
-        for (size_t i = 0; i < npc; i++)
-            count[owner[i] + 1]++;
-        for (int g = 0; g < s->group_size; g++)
-            count[g + 1] += count[g];
-        for (size_t i = 0; i < npc; i++)
-            sorted[count[owner[i]]++] = pc[i];
-        free(pc);
-        pc = sorted;
-        for (int g = 0, i = 0; g < s->group_size; g++) /* count[g] now ends owner g's pieces */
-            for (; (size_t)i < count[g]; i++)
-                owner[i] = g;
-        free(count);
     }
+    free(at);
     uint64_t bytes = 0;
     size_t nent = 0;
     for (size_t i = 0; i < npc; i++) {
