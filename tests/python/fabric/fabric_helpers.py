@@ -106,6 +106,16 @@ def read_in_threads(store, name, want, seeds, batches, most_rows):
         raise errors[0]
 
 
+def gather_store(comm, method=1, gather=None, hs=None):
+    """A core store of `method` on the suite's provider with node shared
+    memory off (every other rank's row through the provider) and
+    DDSTORE_GATHER=`gather` (None: the default rule); `hs`: method 2's
+    handshake directory."""
+    kw = {"handshake_dir": hs} if hs else {}
+    with environ(DDSTORE_NODE_LOCAL="0", DDSTORE_GATHER=gather):
+        return pyddstore.PyDDStore(comm, method, fabric=PROVIDER, **kw)
+
+
 @contextlib.contextmanager
 def joined_reader(hs, n_core):
     """A method-2 reader (node shared memory off: every row through the

@@ -9,19 +9,12 @@ import numpy as np
 import pytest
 
 import pyddstore
-from pyddstore import PyDDStore
 
-from fabric_helpers import (PROVIDER, add_rows, environ, joined_reader, local_values, offsets, read_in_threads,
-                            shared_tmpdir, values)
+from fabric_helpers import (PROVIDER, add_rows, environ, gather_store, joined_reader, local_values, offsets,
+                            read_in_threads, shared_tmpdir, values)
 from suite_helpers import remote_owners
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
-
-
-def make_store(comm, method=1, gather=None, hs=None):
-    kw = {"handshake_dir": hs} if hs else {}
-    with environ(DDSTORE_NODE_LOCAL="0", DDSTORE_GATHER=gather):
-        return PyDDStore(comm, method, fabric=PROVIDER, **kw)
 
 
 def counted_batch(s, name, rows, shape, dtype, salt):
@@ -35,7 +28,7 @@ def counted_batch(s, name, rows, shape, dtype, salt):
 
 
 def test_read_protocol_is_gather_on_software_rma(comm):
-    with make_store(comm) as s:
+    with gather_store(comm) as s:
         proto = s.info()["read_protocol"]
         if comm.Get_size() > 1 and PROVIDER in ("tcp", "shm"):
             assert proto.startswith("owner-side gather"), proto
@@ -45,7 +38,7 @@ def test_read_protocol_is_gather_on_software_rma(comm):
                                          ((70000,), "uint8")])
 def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape, dtype):
     # "always": under "auto", rows of 32 KiB and more would be read one-sided
-    with make_store(comm, gather="always") as s:
+    with gather_store(comm, gather="always") as s:
         want = add_rows(s, rank, size, "g", shape, dtype, 7)
         off = offsets(size)
         total = len(want)
@@ -69,7 +62,7 @@ def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape,
 
 def test_large_batches_split_into_several_requests(comm, rank, size):
     """More rows than one request carries (3584), and a reply over 8 MiB."""
-    with make_store(comm, gather="always") as s:
+    with gather_store(comm, gather="always") as s:
         s.add("small", local_values(rank, size, (), "int32", 8))
         s.add("big", local_values(rank, size, (1 << 20,), "uint8", 9))
         total = int(offsets(size)[-1])
@@ -81,7 +74,7 @@ def test_large_batches_split_into_several_requests(comm, rank, size):
 
 def test_auto_reads_large_rows_one_sided(comm, rank, size):
     """On software RMA, auto gathers rows under 32 KiB and reads larger ones one-sided."""
-    with make_store(comm) as s:
+    with gather_store(comm) as s:
         proto = s.info()["read_protocol"]
         if PROVIDER in ("tcp", "shm"):
             assert "rows under 32768 bytes" in proto, proto
@@ -97,7 +90,7 @@ def test_auto_reads_large_rows_one_sided(comm, rank, size):
 
 
 def test_gather_never_sends_no_request(comm, rank, size):
-    with make_store(comm, gather="never") as s:
+    with gather_store(comm, gather="never") as s:
         assert s.info()["read_protocol"].startswith("one-sided reads"), s.info()["read_protocol"]
         s.add("n", local_values(rank, size, (5,), "int16", 10))
         total = int(offsets(size)[-1])
@@ -108,7 +101,7 @@ def test_gather_never_sends_no_request(comm, rank, size):
 
 
 def test_four_threads_gather_concurrently(comm, rank, size):
-    with make_store(comm) as s:
+    with gather_store(comm) as s:
         want = add_rows(s, rank, size, "t", (17,), "float64", 11)
         read_in_threads(s, "t", want, [rank * 10 + i for i in range(4)], batches=60, most_rows=199)
         comm.Barrier()
@@ -117,7 +110,7 @@ def test_four_threads_gather_concurrently(comm, rank, size):
 def test_method2_reader_gets_replies(comm, rank, size):
     """A reader in rank 0's process, outside the owners' address vectors."""
     hs = shared_tmpdir(comm, "ddstore-gather-") + "/hs"
-    s = make_store(comm, method=2, hs=hs)
+    s = gather_store(comm, method=2, hs=hs)
     try:
         s.add("m", local_values(rank, size, (6,), "uint16", 12))
         comm.Barrier()
@@ -149,7 +142,7 @@ def test_stopped_owner_gives_a_clear_error(comm, rank, size):
     if size < 2:
         pytest.skip("needs a second rank")
     hs = shared_tmpdir(comm, "ddstore-gather-") + "/hs"
-    s = make_store(comm, method=2, hs=hs)
+    s = gather_store(comm, method=2, hs=hs)
     pids = comm.allgather(os.getpid())
     try:
         s.add("d", np.full((5, 4), rank, dtype=np.int32))

@@ -9,20 +9,14 @@ import numpy as np
 import pytest
 
 import pyddstore
-from pyddstore import DDStoreError, PyDDStore
+from pyddstore import DDStoreError
 
-from fabric_helpers import PROVIDER, environ, joined_reader, local_values, offsets, shared_tmpdir, values
+from fabric_helpers import PROVIDER, environ, gather_store, joined_reader, local_values, offsets, shared_tmpdir, values
 from suite_helpers import remote_owners
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
 
 FIELDS = (("x", (3,), "float32", 1), ("y", (), "int64", 2), ("z", (40,), "uint8", 3))
-
-
-def make_store(comm, method=1, hs=None, gather=None):
-    kw = {"handshake_dir": hs} if hs else {}
-    with environ(DDSTORE_NODE_LOCAL="0", DDSTORE_GATHER=gather):
-        return PyDDStore(comm, method, fabric=PROVIDER, **kw)
 
 
 def add_fields(s, rank, size, fields=FIELDS):
@@ -40,7 +34,7 @@ def read_all(store, rows, fields=FIELDS):
 @pytest.mark.parametrize("method", [1, 2])
 def test_one_request_per_owner_for_all_variables(comm, rank, size, method):
     hs = shared_tmpdir(comm, "ddstore-gvars-") + "/hs" if method == 2 else None
-    s = make_store(comm, method=method, hs=hs, gather="always")
+    s = gather_store(comm, method=method, hs=hs, gather="always")
     try:
         add_fields(s, rank, size)
         off = offsets(size)
@@ -63,7 +57,7 @@ def test_one_sided_variable_beside_gathered_ones(comm, rank, size):
     """Under auto, rows over the switch size are read one-sided; the others
     still share one request per owner."""
     fields = FIELDS + (("big", (40000,), "uint8", 4),)
-    s = make_store(comm)
+    s = gather_store(comm)
     try:
         add_fields(s, rank, size, fields)
         off = offsets(size)
@@ -79,7 +73,7 @@ def test_one_sided_variable_beside_gathered_ones(comm, rank, size):
 
 def test_method2_reader_reads_several_variables(comm, rank, size):
     hs = shared_tmpdir(comm, "ddstore-gvars-") + "/hs"
-    s = make_store(comm, method=2, hs=hs)
+    s = gather_store(comm, method=2, hs=hs)
     try:
         add_fields(s, rank, size)
         comm.Barrier()
@@ -96,7 +90,7 @@ def test_method2_reader_reads_several_variables(comm, rank, size):
 
 
 def test_argument_errors(comm, rank, size):
-    s = make_store(comm)
+    s = gather_store(comm)
     try:
         add_fields(s, rank, size)
         total = int(offsets(size)[-1])
@@ -121,7 +115,7 @@ def test_readers_spin_or_block(comm, rank, size, spin):
     """DDSTORE_FABRIC_SPIN_US: readers that block at once (0), poll longer,
     or fall back to the default on a bad value all read bit-exact."""
     with environ(DDSTORE_FABRIC_SPIN_US=spin):
-        s = make_store(comm)
+        s = gather_store(comm)
     try:
         add_fields(s, rank, size)
         rows = np.random.default_rng(rank + 3).integers(0, int(offsets(size)[-1]), size=100)
