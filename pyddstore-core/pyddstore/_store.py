@@ -110,6 +110,47 @@ def _remember_layout(v, out):
 # ---- the store ----------------------------------------------------------------
 
 
+
+def _fast_rows(rows):
+    """len(rows) when `rows` goes to C as it is (a non-empty 1-D C-contiguous
+    writable int64 ndarray: what a loader passes on every batch), else 0."""
+    if type(rows) is not np.ndarray or rows.ndim != 1:
+        return 0
+    rd, rf = rows.dtype, rows.flags
+    if (rd is _INT64 or rd == _INT64) and rf.c_contiguous and rf.writeable:
+        return rows.shape[0]
+    return 0
+
+
+def _fast_out(v, out, n):
+    """Whether `out` takes `n` rows of variable `v` as it is: a writable
+    C-contiguous ndarray of at least n rows whose layout already passed
+    _checked_out. The dtype is tested by identity first (shared dtype
+    objects), the set only when a caller alternates layouts: hashing a dtype
+    costs about as much as the other checks."""
+    if type(out) is not np.ndarray or not out.ndim or out.shape[0] < n:
+        return False
+    od, tail = out.dtype, out.shape[1:]
+    if not ((od is v.get_dtype and tail == v.get_tail) or (od, tail) in v.layouts):
+        return False
+    of = out.flags
+    return of.c_contiguous and of.writeable
+
+
+def _checked_out(v, out, name):
+    """`out` as an ndarray checked against variable `v` (the slow path);
+    its layout is remembered for _fast_out."""
+    o = _to_array(out, "output", name, output=True)
+    _check_rows_match(v, o, "output")
+    _remember_layout(v, o)
+    return o
+
+
+def _check_room(name, o, n):
+    if o.shape[0] < n:
+        raise DDStoreValueError(f"variable {name!r}: output has {o.shape[0]} rows, {n} requested", DDS_EINVAL)
+
+
 class PyDDStore:
     """A distributed in-memory store of row-indexed variables.
 
@@ -716,40 +757,27 @@ class PyDDStore:
         raise or just work, never hang (docs/concepts.rst). Where the whole
         group shares node memory, and for methods 1/2, reads are not
         collective: a bad argument raises on this rank only."""
-        # Fast path for what a loader passes on every batch: a known variable, a writable
-        # C-contiguous ndarray whose layout already passed the checks below, and a 1-D
-        # C-contiguous writable int64 ndarray of rows. O(1) checks only: libddstore checks
-        # every row against the variable's range itself (and, where a group-collective read
-        # synchronises, reports DDS_ERANGE on every rank of the group, so none is left waiting).
-        # Layout and dtype tests by identity first (shared dtype objects), the set lookup only
-        # when a caller alternates layouts: hashing a dtype costs about as much as the checks.
+        # Fast path for what a loader passes on every batch (_fast_rows, _fast_out): O(1)
+        # checks only: libddstore checks every row against the variable's range itself (and,
+        # where a group-collective read synchronises, reports DDS_ERANGE on every rank of the
+        # group, so none is left waiting).
         v = self._vars.get(name) if type(name) is str else None
-        if (v is not None and type(out) is np.ndarray and type(rows) is np.ndarray and rows.ndim == 1
-                and out.ndim):
-            n = rows.shape[0]
-            rd, od, tail = rows.dtype, out.dtype, out.shape[1:]
-            if (0 < n <= out.shape[0] and (rd is _INT64 or rd == _INT64)
-                    and ((od is v.get_dtype and tail == v.get_tail) or (od, tail) in v.layouts)):
-                of, rf = out.flags, rows.flags
-                if of.c_contiguous and of.writeable and rf.c_contiguous and rf.writeable:
-                    with self._h as ptr:
-                        # from_buffer + byref: the data address without building .ctypes or
-                        # __array_interface__ (each costs more than the C call for small reads).
-                        rc = _c.dds_get_batch(ptr, v.bname, _byref(_Byte.from_buffer(out)),
-                                              _byref(_Byte.from_buffer(rows)), n)
-                    if rc:
-                        self._raise(rc)
-                    return
+        n = _fast_rows(rows) if v is not None else 0
+        if n and _fast_out(v, out, n):
+            with self._h as ptr:
+                # from_buffer + byref: the data address without building .ctypes or
+                # __array_interface__ (each costs more than the C call for small reads).
+                rc = _c.dds_get_batch(ptr, v.bname, _byref(_Byte.from_buffer(out)),
+                                      _byref(_Byte.from_buffer(rows)), n)
+            if rc:
+                self._raise(rc)
+            return
         try:
             v = self._var(name)
-            o = _to_array(out, "output", name, output=True)
-            _check_rows_match(v, o, "output")
-            _remember_layout(v, o)
+            o = _checked_out(v, out, name)
             r = _int64_array(rows, "rows", name)
             n = r.size
-            if o.shape[0] < n:
-                raise DDStoreValueError(
-                    f"variable {name!r}: output has {o.shape[0]} rows, {n} requested", DDS_EINVAL)
+            _check_room(name, o, n)
             # The row range is libddstore's check (one for every caller): DDS_ERANGE naming the
             # row and its position, on every rank of the group where the read is collective.
         except Exception as e:  # noqa: BLE001 - every argument error reaches the group's read
@@ -768,35 +796,23 @@ class PyDDStore:
         of each, with its collective rule (every rank of the group passes the
         same number of variables). On an error every variable was still
         attempted and the first error is raised."""
-        # Fast path, as get_batch's: known variables, writable C-contiguous ndarrays of a
-        # layout already checked, 1-D C-contiguous writable int64 rows; O(1) checks each
-        # (libddstore checks every row).
-        if (type(names) in (list, tuple) and type(outs) in (list, tuple) and len(names) == len(outs)
-                and type(rows) is np.ndarray and rows.ndim == 1 and 0 < rows.shape[0]
-                and (rows.dtype is _INT64 or rows.dtype == _INT64)):
-            n, k, vs = rows.shape[0], len(names), self._vars
-            rf = rows.flags
+        # get_batch's fast path (_fast_rows, _fast_out) for every variable.
+        n = _fast_rows(rows)
+        if n and type(names) in (list, tuple) and type(outs) in (list, tuple) and len(names) == len(outs):
+            k, vs = len(names), self._vars
             cnames, couts = (ctypes.c_char_p * k)(), (ctypes.c_void_p * k)()
             for i in range(k):
                 v = vs.get(names[i]) if type(names[i]) is str else None
-                out = outs[i]
-                if v is None or type(out) is not np.ndarray or not out.ndim or out.shape[0] < n:
-                    break
-                od, tail = out.dtype, out.shape[1:]
-                if not ((od is v.get_dtype and tail == v.get_tail) or (od, tail) in v.layouts):
-                    break
-                of = out.flags
-                if not (of.c_contiguous and of.writeable):
+                if v is None or not _fast_out(v, outs[i], n):
                     break
                 cnames[i] = v.bname
-                couts[i] = _addressof(_Byte.from_buffer(out))
+                couts[i] = _addressof(_Byte.from_buffer(outs[i]))
             else:
-                if rf.c_contiguous and rf.writeable:
-                    with self._h as ptr:
-                        rc = _c.dds_get_batch_vars(ptr, k, cnames, couts, _byref(_Byte.from_buffer(rows)), n)
-                    if rc:
-                        self._raise(rc)
-                    return
+                with self._h as ptr:
+                    rc = _c.dds_get_batch_vars(ptr, k, cnames, couts, _byref(_Byte.from_buffer(rows)), n)
+                if rc:
+                    self._raise(rc)
+                return
         names, outs = list(names), list(outs)
         try:
             if len(names) != len(outs):
@@ -806,12 +822,8 @@ class PyDDStore:
             arrays = []
             for name, out in zip(names, outs):
                 v = self._var(name)
-                o = _to_array(out, "output", name, output=True)
-                _check_rows_match(v, o, "output")
-                _remember_layout(v, o)
-                if o.shape[0] < n:
-                    raise DDStoreValueError(
-                        f"variable {name!r}: output has {o.shape[0]} rows, {n} requested", DDS_EINVAL)
+                o = _checked_out(v, out, name)
+                _check_room(name, o, n)
                 arrays.append((v, o))
         except Exception as e:  # noqa: BLE001 - every argument error reaches the group's reads
             for _ in names[1:]:  # one collective read per variable; the last one raises
