@@ -203,18 +203,71 @@ static int wait_some(struct dds_fabric *F, gcall *call, gwait *w, greq **reqs, s
     return DDS_OK;
 }
 
+/* Words of request `q` in version 3 (DDS_GATHER_VERSION_ROWS), or 0 where
+ * that form does not apply: a joined reader (the owners' library may be
+ * older), or a piece that is not whole rows at row boundaries (a transfer
+ * cut at the reply limit), or a row number beyond 32 bits. */
+static size_t compact_words(const struct dds_fabric *F, const greq *q, const piece *pc)
+{
+    if (F->is_reader)
+        return 0;
+    size_t words = 0;
+    for (size_t i = q->first; i < q->first + q->npieces; i++) {
+        uint64_t unit = (uint64_t)pc[i].var->row_bytes;
+        if (unit == 0 || unit > UINT32_MAX || pc[i].offset % unit || pc[i].len % unit ||
+            (pc[i].offset + pc[i].len) / unit > UINT32_MAX)
+            return 0;
+        if (i == q->first || pc[i].var != pc[i - 1].var)
+            words += 3;
+        words += (size_t)(pc[i].len / unit);
+    }
+    return words;
+}
+
+/* Write request `q`'s entries: version 3 words when `words`, else
+ * dds_gather_ent with a variable switch ahead of each run of another
+ * variable's pieces (requests of one variable carry none). */
+static void fill_entries(char *at, const greq *q, const piece *pc, size_t words)
+{
+    if (words) {
+        uint32_t *w = (uint32_t *)at, *count = NULL;
+        for (size_t i = q->first; i < q->first + q->npieces; i++) {
+            uint32_t unit = (uint32_t)pc[i].var->row_bytes;
+            if (i == q->first || pc[i].var != pc[i - 1].var) {
+                *w++ = pc[i].var->fab->index;
+                *w++ = unit;
+                count = w++;
+                *count = 0;
+            }
+            for (uint64_t r = pc[i].offset / unit; r < (pc[i].offset + pc[i].len) / unit; r++) {
+                *w++ = (uint32_t)r;
+                (*count)++;
+            }
+        }
+        return;
+    }
+    dds_gather_ent *ents = (dds_gather_ent *)at;
+    for (size_t i = q->first, e = 0; i < q->first + q->npieces; i++) {
+        if (i > q->first && pc[i].var != pc[i - 1].var)
+            ents[e++] = (dds_gather_ent){ .offset = pc[i].var->fab->index, .len = DDS_GATHER_VAR_SWITCH };
+        ents[e++] = (dds_gather_ent){ .offset = pc[i].offset, .len = pc[i].len };
+    }
+}
+
 /* Build and post request `q` (its receive, then its send). */
 static int post_req(struct dds_fabric *F, greq *q, const piece *pc, char *bounce, gcall *call, gwait *w,
                     greq **reqs, size_t lo, size_t hi)
 {
     size_t apad = (F->my_alen + 7) & ~(size_t)7;
-    /* Entries, with a variable switch ahead of each run of another
-     * variable's pieces (requests of one variable carry none). */
     size_t nswitch = 0;
     for (size_t i = q->first + 1; i < q->first + q->npieces; i++)
         nswitch += pc[i].var != pc[i - 1].var;
-    size_t nent = q->npieces + nswitch;
-    q->msglen = sizeof(dds_gather_req) + apad + nent * sizeof(dds_gather_ent);
+    size_t nent = q->npieces + nswitch, words = compact_words(F, q, pc);
+    /* Runs of many rows: the (offset, length) form is shorter. */
+    if (words * sizeof(uint32_t) >= nent * sizeof(dds_gather_ent) || words > DDS_GATHER_MAX_WORDS ||
+        sizeof(dds_gather_req) + apad + words * sizeof(uint32_t) > DDS_GATHER_REQ_BYTES)
+        words = 0;
+    q->msglen = sizeof(dds_gather_req) + apad + (words ? words * sizeof(uint32_t) : nent * sizeof(dds_gather_ent));
     q->msg = calloc(1, q->msglen);
     bool direct = q->npieces == 1 && !F->local_mr;
     if (!direct && bounce) {
@@ -227,20 +280,17 @@ static int post_req(struct dds_fabric *F, greq *q, const piece *pc, char *bounce
         return dds_err(DDS_ENOMEM, "out of memory for a gather request of %llu bytes",
                        (unsigned long long)q->bytes);
     dds_gather_req h = { .magic = DDS_GATHER_MAGIC,
-                         .version = nswitch ? DDS_GATHER_VERSION : DDS_GATHER_VERSION_ONE_VAR,
+                         .version = words    ? DDS_GATHER_VERSION_ROWS
+                                    : nswitch ? DDS_GATHER_VERSION
+                                              : DDS_GATHER_VERSION_ONE_VAR,
                          .alen = (uint16_t)F->my_alen,
                          .var_index = pc[q->first].var->fab->index,
-                         .nent = (uint32_t)nent,
+                         .nent = (uint32_t)(words ? words : nent),
                          .reply_tag = q->tag,
                          .reply_bytes = q->bytes };
     memcpy(q->msg, &h, sizeof h);
     memcpy(q->msg + sizeof h, F->my_addr, F->my_alen);
-    dds_gather_ent *ents = (dds_gather_ent *)(q->msg + sizeof h + apad);
-    for (size_t i = q->first, e = 0; i < q->first + q->npieces; i++) {
-        if (i > q->first && pc[i].var != pc[i - 1].var)
-            ents[e++] = (dds_gather_ent){ .offset = pc[i].var->fab->index, .len = DDS_GATHER_VAR_SWITCH };
-        ents[e++] = (dds_gather_ent){ .offset = pc[i].offset, .len = pc[i].len };
-    }
+    fill_entries(q->msg + sizeof h + apad, q, pc, words);
     int rc;
     if (F->local_mr) {
         if ((rc = dds_fab_reg_mr(F, q->bounce, (size_t)q->bytes, FI_RECV, F->ep, &q->bmr)) ||

@@ -66,16 +66,28 @@ typedef struct fab_ctx {
 #define DDS_GATHER_VERSION 2u
 #define DDS_GATHER_VERSION_ONE_VAR 1u
 #define DDS_GATHER_VAR_SWITCH UINT64_MAX
+/* Version 3 requests name whole rows: `nent` 32-bit words, runs of
+ * (variable index, row bytes, row count, that many row numbers in the
+ * owner's shard), 4 bytes a row where versions 1/2 take 16 a transfer (a
+ * 256-row batch of 64 B rows: a 512 B request per owner of two instead of
+ * 2 KiB, one TCP segment instead of two; bench/b5c: the 2 KiB request
+ * cost the bare request/reply program 9 % of its rate). Only readers of
+ * the owners' own job send them (fabric_gather.c, compact_words); readers
+ * that joined from another job, whose library may be older, keep 1/2. */
+#define DDS_GATHER_VERSION_ROWS 3u
 /* Bytes of one owner's receive buffer: the largest request. */
 #define DDS_GATHER_REQ_BYTES 65536u
 /* Transfers one request carries at most: header + largest address +
  * entries fit in a receive buffer. */
 #define DDS_GATHER_MAX_ENTRIES 3584u
+/* Words a version-3 request carries at most (fits a receive buffer too). */
+#define DDS_GATHER_MAX_WORDS 16000u
 /* Reply bytes one request asks for at most (and the owner accepts). */
 #define DDS_GATHER_MAX_REPLY ((size_t)8 << 20)
 
 /* A request: this header, then `alen` bytes of the reader's initiator
- * endpoint address padded to 8 bytes, then `nent` entries. Native byte
+ * endpoint address padded to 8 bytes, then `nent` entries (dds_gather_ent;
+ * version 3: uint32_t words). Native byte
  * order (both sides run this library on hosts of one architecture). */
 typedef struct dds_gather_req {
     uint32_t magic;

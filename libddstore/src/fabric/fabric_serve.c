@@ -4,7 +4,8 @@
  *
  * SRV_NBUF receive buffers of DDS_GATHER_REQ_BYTES stay posted on the
  * target endpoint (tag DDS_GATHER_REQ_TAG). For each request the thread
- * checks every field, copies the asked byte ranges of the variable's shard
+ * checks every field, copies the asked byte ranges (versions 1/2) or rows
+ * (version 3) of the variable's shard
  * into one reply buffer (memcpy; the variable is found by its index in
  * `vars`, under `lock`, so that dds_fab_serve_remove waits for a copy under
  * way), sends it in one tagged message to the reader's initiator endpoint
@@ -454,6 +455,60 @@ static const srv_var *served_var(const struct fab_server *S, uint32_t index)
     return NULL;
 }
 
+/* Copy version 1/2 entries (offset, length; a switch names the next
+ * variable) into `out`; NULL or what was wrong. Under S->lock. */
+static const char *gather_entries(const struct fab_server *S, const dds_gather_req *h, const char *ents,
+                                  char *out, uint64_t *done, uint32_t *var_index)
+{
+    const srv_var *v = served_var(S, *var_index);
+    if (!v)
+        return "the variable is not served (freed, or not yet added)";
+    for (uint32_t i = 0; i < h->nent; i++) {
+        dds_gather_ent e;
+        memcpy(&e, ents + (size_t)i * sizeof e, sizeof e);
+        if (e.len == DDS_GATHER_VAR_SWITCH && h->version == DDS_GATHER_VERSION) {
+            *var_index = e.offset > UINT32_MAX ? UINT32_MAX : (uint32_t)e.offset;
+            if (!(v = served_var(S, *var_index)))
+                return "the variable is not served (freed, or not yet added)";
+            continue;
+        }
+        if (e.offset > v->bytes || e.len > v->bytes - e.offset || e.len > h->reply_bytes - *done)
+            return "bytes outside the shard or beyond the reply";
+        memcpy(out + *done, v->base + e.offset, (size_t)e.len);
+        *done += e.len;
+    }
+    return NULL;
+}
+
+/* Copy version 3 runs (variable, row bytes, count, rows) into `out`; NULL
+ * or what was wrong. Under S->lock. */
+static const char *gather_rows(const struct fab_server *S, const dds_gather_req *h, const char *words,
+                               char *out, uint64_t *done, uint32_t *var_index)
+{
+    const uint32_t *w = (const uint32_t *)words, *end = w + h->nent;
+    while (w < end) {
+        if (end - w < 3)
+            return "a truncated run of rows";
+        *var_index = w[0];
+        uint64_t unit = w[1], count = w[2];
+        w += 3;
+        const srv_var *v = served_var(S, *var_index);
+        if (!v)
+            return "the variable is not served (freed, or not yet added)";
+        if (unit == 0 || count > (uint64_t)(end - w) || count * unit > h->reply_bytes - *done)
+            return "a run of rows longer than the request or the reply";
+        for (uint64_t i = 0; i < count; i++) {
+            uint64_t off = (uint64_t)w[i] * unit;
+            if (off > v->bytes || unit > v->bytes - off)
+                return "bytes outside the shard or beyond the reply";
+            memcpy(out + *done, v->base + off, (size_t)unit);
+            *done += unit;
+        }
+        w += count;
+    }
+    return NULL;
+}
+
 static void serve(struct dds_fabric *F, const char *data, size_t len)
 {
     struct fab_server *S = F->srv;
@@ -464,8 +519,9 @@ static void serve(struct dds_fabric *F, const char *data, size_t len)
     }
     memcpy(&h, data, sizeof h);
     size_t apad = ((size_t)h.alen + 7) & ~(size_t)7;
-    if (h.magic != DDS_GATHER_MAGIC || (h.version != DDS_GATHER_VERSION && h.version != DDS_GATHER_VERSION_ONE_VAR) ||
-        h.alen == 0 ||
+    bool rows = h.version == DDS_GATHER_VERSION_ROWS;
+    if (h.magic != DDS_GATHER_MAGIC ||
+        (h.version != DDS_GATHER_VERSION && h.version != DDS_GATHER_VERSION_ONE_VAR && !rows) || h.alen == 0 ||
         h.alen > DDS_HS_MAX_ADDR || sizeof h + apad > len) {
         /* No address to answer: the reader's deadline reports it. */
         dds_debug("fabric: gather: a request of %zu bytes has a bad header; dropped", len);
@@ -478,8 +534,10 @@ static void serve(struct dds_fabric *F, const char *data, size_t len)
         return;
     }
     const char *ents = data + sizeof h + apad;
-    if (h.nent > DDS_GATHER_MAX_ENTRIES || len != sizeof h + apad + (size_t)h.nent * sizeof(dds_gather_ent) ||
-        h.reply_bytes > DDS_GATHER_MAX_REPLY || h.reply_bytes == 0 || (h.reply_tag & 3u)) {
+    size_t esz = rows ? sizeof(uint32_t) : sizeof(dds_gather_ent);
+    uint32_t most = rows ? DDS_GATHER_MAX_WORDS : DDS_GATHER_MAX_ENTRIES;
+    if (h.nent > most || len != sizeof h + apad + (size_t)h.nent * esz || h.reply_bytes > DDS_GATHER_MAX_REPLY ||
+        h.reply_bytes == 0 || (h.reply_tag & 3u)) {
         send_error(F, to, h.reply_tag & ~3ull, h.reply_bytes,
                    "malformed gather request (%u entries, %zu bytes, reply of %llu bytes)", h.nent, len,
                    (unsigned long long)h.reply_bytes);
@@ -492,27 +550,11 @@ static void serve(struct dds_fabric *F, const char *data, size_t len)
                    (unsigned long long)h.reply_bytes);
         return;
     }
-    pthread_mutex_lock(&S->lock);
     uint32_t var_index = h.var_index;
-    const srv_var *v = served_var(S, var_index);
     uint64_t done = 0;
-    const char *bad = v ? NULL : "the variable is not served (freed, or not yet added)";
-    for (uint32_t i = 0; !bad && i < h.nent; i++) {
-        dds_gather_ent e;
-        memcpy(&e, ents + (size_t)i * sizeof e, sizeof e);
-        if (e.len == DDS_GATHER_VAR_SWITCH && h.version == DDS_GATHER_VERSION) {
-            var_index = e.offset > UINT32_MAX ? UINT32_MAX : (uint32_t)e.offset;
-            if (!(v = served_var(S, var_index)))
-                bad = "the variable is not served (freed, or not yet added)";
-            continue;
-        }
-        if (e.offset > v->bytes || e.len > v->bytes - e.offset || e.len > h.reply_bytes - done) {
-            bad = "bytes outside the shard or beyond the reply";
-            break;
-        }
-        memcpy(out + done, v->base + e.offset, (size_t)e.len);
-        done += e.len;
-    }
+    pthread_mutex_lock(&S->lock);
+    const char *bad = rows ? gather_rows(S, &h, ents, out, &done, &var_index)
+                           : gather_entries(S, &h, ents, out, &done, &var_index);
     pthread_mutex_unlock(&S->lock);
     if (!bad && done != h.reply_bytes)
         bad = "entries do not add up to the reply";

@@ -60,6 +60,34 @@ def test_random_batches_bit_exact_one_request_per_owner(comm, rank, size, shape,
         comm.Barrier()
 
 
+@pytest.mark.parametrize("run,scattered", [(150, 5), (50, 20), (0, 64)])
+def test_runs_and_scattered_rows_in_one_request(comm, rank, size, run, scattered):
+    """Requests name whole rows (4 bytes a row) or byte ranges (16 bytes a
+    contiguous run), whichever is shorter: a long run beside a few scattered
+    rows takes the second form, scattered rows the first; both bit-exact,
+    one request per remote owner."""
+    per = 200
+    with gather_store(comm, gather="always") as s:
+        def rows_of_global(g):
+            return (np.asarray(g, dtype=np.int64)[:, None] * 7 + np.arange(5)).astype(np.int32)
+
+        s.add("m", rows_of_global(np.arange(rank * per, (rank + 1) * per)))
+        rng = np.random.default_rng(rank + 7)
+        for owner in range(size):
+            if owner == rank:
+                continue
+            start = owner * per + int(rng.integers(0, per - run + 1))
+            # The run in order (so it stays one transfer), the scattered rows after it.
+            rows = np.concatenate([np.arange(start, start + run),
+                                   rng.integers(owner * per, (owner + 1) * per, size=scattered)])
+            out = np.zeros((len(rows), 5), np.int32)
+            before = s.stats()["gather_requests"]
+            s.get_batch("m", out, rows)
+            assert s.stats()["gather_requests"] - before == 1
+            assert out.tobytes() == rows_of_global(rows).tobytes()
+        comm.Barrier()
+
+
 def test_large_batches_split_into_several_requests(comm, rank, size):
     """More rows than one request carries (3584), and a reply over 8 MiB."""
     with gather_store(comm, gather="always") as s:
