@@ -16,8 +16,10 @@
 #      exist (bash ci/mpich.sh --build makes them; B5_MPICH=build makes them here, B5_MPICH=0
 #      skips)                                                          -> DIR/b5_mpich.json
 #   3. the bare C ceilings (bench/b5c, built with mpicc into build-b5c/): libfabric tcp;ofi_rxm
-#      with one request and one reply per owner per batch, and MPI Alltoallv of indices + rows
-#      (Open MPI; MPICH too where mpicc.mpich exists)                  -> DIR/b5_c.json
+#      with one request and one reply per owner per batch (run before and after the next one),
+#      libddstore's own dds_get_batch from C (method 1 tcp, the library pyddstore loads), and MPI
+#      Alltoallv of indices + rows (Open MPI; MPICH too where mpicc.mpich exists)
+#                                                                      -> DIR/b5_c.json
 #   4. the loader (DistDataset + ThreadDataLoader, 520 B samples, global shuffle) across 2 hosts
 #      and on 1 host with the same 4 ranks          -> DIR/b5_loader_2x2.json, b5_loader_1x4.json
 #   5. weak scaling of the loader over 1, 2, 3, 4 hosts x 2 ranks, the same samples per rank
@@ -179,6 +181,12 @@ build_c() { # build_c MPICC DIR [fabric]: compile the ceilings; 1 if it cannot
   [ -z "${3:-}" ] || "$1" -O2 -o "$2/b5c_fabric" bench/b5c/b5c_fabric.c \
     $(pkg-config --cflags --libs libfabric) -lpthread
 }
+# libddstore's read path from C (b5c_store.c), linked against the library the Python runs load.
+store_lib="$("$py" -c 'import pyddstore; print(pyddstore.library_path)' 2>/dev/null || true)"
+build_store() { # build_store DIR: 1 if it cannot
+  [ -f "$store_lib" ] && mpicc -O2 -I"$root/libddstore/include" -o "$1/b5c_store" bench/b5c/b5c_store.c \
+    "$store_lib" -Wl,-rpath,"$(dirname "$store_lib")"
+}
 : > "$out/b5_c.jsonl"
 cnotes=()
 runc() { # runc LAUNCHER LABEL PROG: run a C ceiling on 2 hosts x 2 ranks, keep its JSON lines
@@ -191,6 +199,14 @@ runc() { # runc LAUNCHER LABEL PROG: run a C ceiling on 2 hosts x 2 ranks, keep 
 }
 if build_c mpicc "$cbuild" fabric; then
   runc ompi-run "libfabric tcp;ofi_rxm request/reply" "$cbuild/b5c_fabric"
+  if build_store "$cbuild"; then
+    runc ompi-run "libddstore method 1 tcp from C" "$cbuild/b5c_store"
+    # The request/reply floor again after it, and the report takes the mean of the two runs: the
+    # machine's speed drifts by +-10 % within minutes, and the library is held against the floor.
+    runc ompi-run "libfabric tcp;ofi_rxm request/reply" "$cbuild/b5c_fabric"
+  else
+    cnotes+=("libddstore from C not measured: b5c_store did not build against '$store_lib'")
+  fi
   runc ompi-run "MPI Alltoallv (Open MPI)" "$cbuild/b5c_mpi"
 else
   cnotes+=("the C ceilings did not build with mpicc (pkg-config libfabric)")
