@@ -37,25 +37,23 @@ static int group_by_owner(dds_read_op *ops, size_t n, int group_size)
 int dds_read_split(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, size_t *nremote)
 {
     size_t n = 0;
-    uint64_t rows_local = 0, rows_remote = 0, bytes_local = 0, bytes_remote = 0;
+    uint64_t bytes_local = 0, bytes_remote = 0;
     int self = s->is_reader ? -1 : s->group_rank;
     for (size_t i = 0; i < nops; i++) {
         dds_read_op op = ops[i];
-        if (op.owner == self) {
-            rows_local += (uint64_t)(op.len / v->row_bytes);
+        if (op.owner == self)
             bytes_local += (uint64_t)op.len;
-        } else {
-            rows_remote += (uint64_t)(op.len / v->row_bytes);
+        else
             bytes_remote += (uint64_t)op.len;
-        }
         const char *peer = v->peer_base ? v->peer_base[op.owner] : NULL;
         if (peer)
             memcpy(op.dst, peer + op.src_offset, (size_t)op.len);
         else
             ops[n++] = op;
     }
-    atomic_fetch_add(&s->st_rows_local, rows_local);
-    atomic_fetch_add(&s->st_rows_remote, rows_remote);
+    /* Every transfer is whole rows: one division per call, not per row. */
+    atomic_fetch_add(&s->st_rows_local, bytes_local / (uint64_t)v->row_bytes);
+    atomic_fetch_add(&s->st_rows_remote, bytes_remote / (uint64_t)v->row_bytes);
     atomic_fetch_add(&s->st_bytes_local, bytes_local);
     atomic_fetch_add(&s->st_bytes_remote, bytes_remote);
     *nremote = n;

@@ -84,6 +84,7 @@ typedef struct piece {
     char *dst;
     uint64_t offset;
     uint64_t len;
+    uint32_t row, nrows; /* whole rows (set by compact_words) */
 } piece;
 
 struct gcall;
@@ -207,19 +208,23 @@ static int wait_some(struct dds_fabric *F, gcall *call, gwait *w, greq **reqs, s
  * that form does not apply: a joined reader (the owners' library may be
  * older), or a piece that is not whole rows at row boundaries (a transfer
  * cut at the reply limit), or a row number beyond 32 bits. */
-static size_t compact_words(const struct dds_fabric *F, const greq *q, const piece *pc)
+static size_t compact_words(const struct dds_fabric *F, const greq *q, piece *pc)
 {
     if (F->is_reader)
         return 0;
     size_t words = 0;
     for (size_t i = q->first; i < q->first + q->npieces; i++) {
         uint64_t unit = (uint64_t)pc[i].var->row_bytes;
-        if (unit == 0 || unit > UINT32_MAX || pc[i].offset % unit || pc[i].len % unit ||
-            (pc[i].offset + pc[i].len) / unit > UINT32_MAX)
+        if (unit == 0 || unit > UINT32_MAX)
             return 0;
+        uint64_t row = pc[i].offset / unit, n = pc[i].len == unit ? 1 : pc[i].len / unit;
+        if (row * unit != pc[i].offset || n * unit != pc[i].len || row + n > UINT32_MAX)
+            return 0;
+        pc[i].row = (uint32_t)row;
+        pc[i].nrows = (uint32_t)n;
         if (i == q->first || pc[i].var != pc[i - 1].var)
             words += 3;
-        words += (size_t)(pc[i].len / unit);
+        words += (size_t)n;
     }
     return words;
 }
@@ -239,10 +244,9 @@ static void fill_entries(char *at, const greq *q, const piece *pc, size_t words)
                 count = w++;
                 *count = 0;
             }
-            for (uint64_t r = pc[i].offset / unit; r < (pc[i].offset + pc[i].len) / unit; r++) {
-                *w++ = (uint32_t)r;
-                (*count)++;
-            }
+            for (uint32_t r = 0; r < pc[i].nrows; r++)
+                *w++ = pc[i].row + r;
+            *count += pc[i].nrows;
         }
         return;
     }
@@ -255,7 +259,7 @@ static void fill_entries(char *at, const greq *q, const piece *pc, size_t words)
 }
 
 /* Build and post request `q` (its receive, then its send). */
-static int post_req(struct dds_fabric *F, greq *q, const piece *pc, char *bounce, gcall *call, gwait *w,
+static int post_req(struct dds_fabric *F, greq *q, piece *pc, char *bounce, gcall *call, gwait *w,
                     greq **reqs, size_t lo, size_t hi)
 {
     size_t apad = (F->my_alen + 7) & ~(size_t)7;
@@ -381,7 +385,7 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
     size_t npc = 0;
     for (size_t j = 0; j < nvars; j++)
         for (size_t i = 0; i < nops[j]; i++)
-            npc += ((uint64_t)ops[j][i].len + maxr - 1) / maxr;
+            npc += (uint64_t)ops[j][i].len <= maxr ? 1 : ((uint64_t)ops[j][i].len + maxr - 1) / maxr;
     if (npc == 0)
         return DDS_OK;
     piece *pc = malloc(npc * sizeof *pc);
