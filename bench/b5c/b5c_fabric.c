@@ -260,13 +260,7 @@ int main(int argc, char **argv)
             for (int i = 0; i < k; i++) /* into request order */
                 memcpy(out + (size_t)pos[i] * rb, bounce + (size_t)i * rb, rb);
             if (it == -1) {
-                int ok = check_rows(out, idx, k, rb), allok = 0;
-                MPI_Allreduce(&ok, &allok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-                if (!allok) {
-                    if (rank == 0)
-                        fprintf(stderr, "b5c_fabric: wrong rows at %d B\n", rb);
-                    MPI_Abort(MPI_COMM_WORLD, 1);
-                }
+                require_rows(out, idx, k, rb, "b5c_fabric");
                 MPI_Barrier(MPI_COMM_WORLD);
                 continue;
             }

@@ -76,13 +76,7 @@ int main(int argc, char **argv)
             for (int i = 0; i < k; i++) /* into request order */
                 memcpy(out + (size_t)pos[i] * rb, back + (size_t)i * rb, rb);
             if (it == -1) {
-                int ok = check_rows(out, idx, k, rb), all = 0;
-                MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-                if (!all) {
-                    if (rank == 0)
-                        fprintf(stderr, "b5c_mpi: wrong rows at %d B\n", rb);
-                    MPI_Abort(MPI_COMM_WORLD, 1);
-                }
+                require_rows(out, idx, k, rb, "b5c_mpi");
                 continue;
             }
             batches++;

@@ -53,13 +53,7 @@ int main(int argc, char **argv)
         uint64_t seed = 0x9E3779B97F4A7C15ull ^ (uint64_t)(rank + 1) * 7919;
         random_batch(&seed, remote, nremote, rows, k, idx);
         check(dds_get_batch(s, name, out, idx, k), "dds_get_batch");
-        int ok = check_rows(out, idx, k, rb), allok = 0;
-        MPI_Allreduce(&ok, &allok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-        if (!allok) {
-            if (rank == 0)
-                fprintf(stderr, "b5c_store: wrong rows at %d B\n", rb);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+        require_rows(out, idx, k, rb, "b5c_store");
         MPI_Barrier(MPI_COMM_WORLD);
         int64_t batches = 0;
         double t0 = wall_now(), c0 = cpu_now();

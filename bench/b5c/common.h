@@ -1,4 +1,4 @@
-/* Shared helpers of the B5 bare C ceilings (b5c_mpi.c, b5c_fabric.c): options, the row
+/* Shared helpers of the B5 C programs (b5c_mpi.c, b5c_fabric.c, b5c_store.c): options, the row
  * pattern, random remote batches, timing and the JSON line each program prints. */
 #ifndef B5C_COMMON_H
 #define B5C_COMMON_H
@@ -80,6 +80,21 @@ static int check_rows(const uint8_t *out, const int64_t *idx, int k, int rb)
 }
 
 /* Ranks on other hosts (hostnames differ; on one host: every other rank). */
+/* Stop the job unless every rank's batch `out` holds rows `idx` (check_rows):
+ * a ceiling that returns wrong rows measures nothing. */
+static void require_rows(const uint8_t *out, const int64_t *idx, int k, int rb, const char *prog)
+{
+    int ok = check_rows(out, idx, k, rb), all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    if (!all) {
+        int rank;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rank == 0)
+            fprintf(stderr, "%s: wrong rows at %d B\n", prog, rb);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
 static int remote_ranks(int rank, int size, int *remote)
 {
     char me[64] = { 0 }, *all = malloc((size_t)64 * size);
