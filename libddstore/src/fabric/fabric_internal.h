@@ -72,8 +72,9 @@ typedef struct fab_ctx {
  * 256-row batch of 64 B rows: a 512 B request per owner of two instead of
  * 2 KiB, one TCP segment instead of two; bench/b5c: the 2 KiB request
  * cost the bare request/reply program 9 % of its rate). Only readers of
- * the owners' own job send them (fabric_gather.c, compact_words); readers
- * that joined from another job, whose library may be older, keep 1/2. */
+ * the owners' own job send them (fabric_gather.c, compact_words), which
+ * assumes every rank of a job loads the same libddstore; readers that
+ * joined from another job, whose library may be older, keep 1/2. */
 #define DDS_GATHER_VERSION_ROWS 3u
 /* Bytes of one owner's receive buffer: the largest request. */
 #define DDS_GATHER_REQ_BYTES 65536u
