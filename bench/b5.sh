@@ -16,8 +16,9 @@
 #      exist (bash ci/mpich.sh --build makes them; B5_MPICH=build makes them here, B5_MPICH=0
 #      skips)                                                          -> DIR/b5_mpich.json
 #   3. the bare C ceilings (bench/b5c, built with mpicc into build-b5c/): libfabric tcp;ofi_rxm
-#      with one request and one reply per owner per batch (run before and after the next one),
-#      libddstore's own dds_get_batch from C (method 1 tcp, the library pyddstore loads), and MPI
+#      with one request and one reply per owner per batch (run before part 1 and again after the
+#      next one), libddstore's own dds_get_batch from C (method 1 tcp, the library pyddstore
+#      loads), and MPI
 #      Alltoallv of indices + rows (Open MPI; MPICH too where mpicc.mpich exists)
 #                                                                      -> DIR/b5_c.json
 #   4. the loader (DistDataset + ThreadDataLoader, 520 B samples, global shuffle) across 2 hosts
@@ -142,6 +143,38 @@ note_json() { # note_json FILE REASON: a result file that only says why it was n
   "$py" -c 'import json, sys; json.dump({"bench": "B5", "not_measured": sys.argv[2]}, open(sys.argv[1], "w"))' "$1" "$2"
 }
 
+# The bare C programs (part 3), defined first: the request/reply floor also runs right before part 1,
+# so that its runs bracket the store's in time (the report takes the mean of its runs).
+csecs=2; ctime=240
+[ -n "$quick" ] && csecs=0.5 ctime=90
+cbuild="$root/build-b5c"
+build_c() { # build_c MPICC DIR [fabric]: compile the ceilings; 1 if it cannot
+  mkdir -p "$2" && "$1" -O2 -o "$2/b5c_mpi" bench/b5c/b5c_mpi.c || return 1
+  [ -z "${3:-}" ] || "$1" -O2 -o "$2/b5c_fabric" bench/b5c/b5c_fabric.c \
+    $(pkg-config --cflags --libs libfabric) -lpthread
+}
+# libddstore's read path from C (b5c_store.c), linked against the library the Python runs load.
+store_lib="$("$py" -c 'import pyddstore; print(pyddstore.library_path)' 2>/dev/null || true)"
+build_store() { # build_store DIR: 1 if it cannot
+  [ -f "$store_lib" ] && mpicc -O2 -I"$root/libddstore/include" -o "$1/b5c_store" bench/b5c/b5c_store.c \
+    "$store_lib" -Wl,-rpath,"$(dirname "$store_lib")"
+}
+: > "$out/b5_c.jsonl"
+cnotes=()
+runc() { # runc LAUNCHER LABEL PROG: run a C ceiling on 2 hosts x 2 ranks, keep its JSON lines
+  echo "b5: [$(date +%T)] C ceiling $2" >&2
+  local txt
+  local skip=0; [ "$1" = mpich-run ] && skip=1 # MPICH over UCX tcp may hang in MPI_Finalize
+  txt="$(B5C_SKIP_FINALIZE=$skip timeout -k 10 "$ctime" "$cl/$1" 2 2 -- "$3" --seconds "$csecs" $quick)" ||
+    { echo "b5: C ceiling $2 failed or timed out" >&2; cnotes+=("$2: failed or timed out"); }
+  grep '^{' <<<"$txt" | sed "s/^{/{\"mpi\": \"${1%-run}\", /" >> "$out/b5_c.jsonl" || true
+}
+c_built=0
+if build_c mpicc "$cbuild" fabric; then
+  c_built=1
+  runc ompi-run "libfabric tcp;ofi_rxm request/reply" "$cbuild/b5c_fabric"
+fi
+
 # 1. get_batch, Open MPI, methods 0/1/2 and the mpi4py gather ceiling.
 run2 2 2 900 --out "$out/b5.json" --link "$out/b5_link.json" --label 2x2 $quick
 
@@ -172,37 +205,12 @@ else
   [ -f "$out/b5_mpich.json" ] || note_json "$out/b5_mpich.json" "the MPICH run wrote no results (see the log)"
 fi
 
-# 3. Bare C ceilings: the least a program can do per batch on the same transports.
-csecs=2; ctime=240
-[ -n "$quick" ] && csecs=0.5 ctime=90
-cbuild="$root/build-b5c"
-build_c() { # build_c MPICC DIR [fabric]: compile the ceilings; 1 if it cannot
-  mkdir -p "$2" && "$1" -O2 -o "$2/b5c_mpi" bench/b5c/b5c_mpi.c || return 1
-  [ -z "${3:-}" ] || "$1" -O2 -o "$2/b5c_fabric" bench/b5c/b5c_fabric.c \
-    $(pkg-config --cflags --libs libfabric) -lpthread
-}
-# libddstore's read path from C (b5c_store.c), linked against the library the Python runs load.
-store_lib="$("$py" -c 'import pyddstore; print(pyddstore.library_path)' 2>/dev/null || true)"
-build_store() { # build_store DIR: 1 if it cannot
-  [ -f "$store_lib" ] && mpicc -O2 -I"$root/libddstore/include" -o "$1/b5c_store" bench/b5c/b5c_store.c \
-    "$store_lib" -Wl,-rpath,"$(dirname "$store_lib")"
-}
-: > "$out/b5_c.jsonl"
-cnotes=()
-runc() { # runc LAUNCHER LABEL PROG: run a C ceiling on 2 hosts x 2 ranks, keep its JSON lines
-  echo "b5: [$(date +%T)] C ceiling $2" >&2
-  local txt
-  local skip=0; [ "$1" = mpich-run ] && skip=1 # MPICH over UCX tcp may hang in MPI_Finalize
-  txt="$(B5C_SKIP_FINALIZE=$skip timeout -k 10 "$ctime" "$cl/$1" 2 2 -- "$3" --seconds "$csecs" $quick)" ||
-    { echo "b5: C ceiling $2 failed or timed out" >&2; cnotes+=("$2: failed or timed out"); }
-  grep '^{' <<<"$txt" | sed "s/^{/{\"mpi\": \"${1%-run}\", /" >> "$out/b5_c.jsonl" || true
-}
-if build_c mpicc "$cbuild" fabric; then
-  runc ompi-run "libfabric tcp;ofi_rxm request/reply" "$cbuild/b5c_fabric"
+# 3. Bare C ceilings (built and defined before part 1, which the request/reply floor brackets).
+if [ "$c_built" = 1 ]; then
   if build_store "$cbuild"; then
     runc ompi-run "libddstore method 1 tcp from C" "$cbuild/b5c_store"
-    # The request/reply floor again after it, and the report takes the mean of the two runs: the
-    # machine's speed drifts by +-10 % within minutes, and the library is held against the floor.
+    # The request/reply floor again after it (it also ran before part 1), and the report takes
+    # the mean of its runs: the machine's speed drifts by 10-25 % within minutes.
     runc ompi-run "libfabric tcp;ofi_rxm request/reply" "$cbuild/b5c_fabric"
   else
     cnotes+=("libddstore from C not measured: b5c_store did not build against '$store_lib'")

@@ -319,9 +319,10 @@ def b5_section(docs, lines, summary):
               "once: MB/s summed over ranks, ratio to iperf3, wall time per batch (slowest rank's "
               "median) and CPU milliseconds per batch (process CPU of all ranks, readers and owners, "
               "every thread, divided by the batches read). The mpi4py gather ceiling runs in the same "
-              "interleaved loops as the store; the C programs (bench/b5c) run right after: the request/reply floor "
-              "twice, before and after the C loop over libddstore (the mean of its two runs is shown), which "
-              "separates the library's cost per batch from the Python binding's.", "",
+              "interleaved loops as the store; the C programs (bench/b5c) run apart: the request/reply floor "
+              "right before the store's loops and again after the C loop over libddstore, which runs right "
+              "after them (the floor's mean is shown; the loop over libddstore separates the library's cost "
+              "per batch from the Python binding's).", "",
               "| MPI | config | row bytes | MB/s | x iperf3 | us/batch | CPU ms/batch |",
               "|---|---|---|---|---|---|---|"]
     order = list(B5_NAMES)
