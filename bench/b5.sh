@@ -18,8 +18,7 @@
 #   3. the bare C ceilings (bench/b5c, built with mpicc into build-b5c/): libfabric tcp;ofi_rxm
 #      with one request and one reply per owner per batch (run before part 1 and again after the
 #      next one), libddstore's own dds_get_batch from C (method 1 tcp, the library pyddstore
-#      loads), and MPI
-#      Alltoallv of indices + rows (Open MPI; MPICH too where mpicc.mpich exists)
+#      loads), and MPI Alltoallv of indices + rows (Open MPI; MPICH too where mpicc.mpich exists)
 #                                                                      -> DIR/b5_c.json
 #   4. the loader (DistDataset + ThreadDataLoader, 520 B samples, global shuffle) across 2 hosts
 #      and on 1 host with the same 4 ranks          -> DIR/b5_loader_2x2.json, b5_loader_1x4.json
