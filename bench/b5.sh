@@ -10,8 +10,9 @@
 # messages), then, all with 2 ranks per host:
 #   1. bench/b5_remote.py, 2 hosts x 2 ranks, Open MPI: remote-only get_batch of K=256 random
 #      rows held on the other host (64 B .. 64 KiB), methods 0, 1 and 2 (tcp), interleaved with
-#      the mpi4py gather ceiling (b5_gather_ceiling.py) on the same batches; wall time, MB/s and
-#      CPU seconds per batch                                           -> DIR/b5.json
+#      the mpi4py gather ceiling (b5_gather_ceiling.py) and the C request/reply floor
+#      (bench/b5c/floor.c as libb5cfloor.so, one ctypes call per batch) on the same batches;
+#      wall time, MB/s and CPU seconds per batch                       -> DIR/b5.json
 #   2. the same for method 0 (and 1) under MPICH, where build-mpich/ and the MPICH mpi4py venv
 #      exist (bash ci/mpich.sh --build makes them; B5_MPICH=build makes them here, B5_MPICH=0
 #      skips)                                                          -> DIR/b5_mpich.json
@@ -31,7 +32,7 @@
 # Open MPI runs with the settings docs/clusters.rst gives for TCP networks (OMPI_MCA_osc=sm,ucx,
 # UCX_TLS=tcp,self) and OMPI_MCA_mpi_yield_when_idle=1 (ranks waiting in MPI give up the core:
 # without it the gather ceiling crawls on a machine with fewer cores than busy threads).
-# Environment: DDS_CLUSTER_NAME (default b5) and DDS_CLUSTER_SUBNET (default 10.213.115.0/24)
+# Environment: B5_BIND (parts 1 and 3: see above their definitions); DDS_CLUSTER_NAME (default b5) and DDS_CLUSTER_SUBNET (default 10.213.115.0/24)
 # name this run's instance, so it coexists with others; DDS_CLUSTER_DIR: the simulator's
 # scripts (default tests/cluster of this checkout); PYTHON as in run.sh. DIR must not be under
 # /tmp or /dev/shm (each simulated host has its own) unless it is inside this checkout.
@@ -131,10 +132,11 @@ EOF
 export OMPI_MCA_osc="${OMPI_MCA_osc:-sm,ucx}" UCX_TLS="${UCX_TLS:-tcp,self}"
 export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
 status=0
-run2() { # run2 NHOSTS PPN TIMEOUT ARGS...: b5_remote.py over the simulated hosts
-  local nh=$1 ppn=$2 t=$3; shift 3
-  echo "b5: [$(date +%T)] b5_remote.py $nh hosts x $ppn ranks $*" >&2
-  timeout -k 10 "$t" "$cl/ompi-run" "$nh" "$ppn" -- "$py" bench/b5_remote.py "$@" || {
+run2() { # run2 NHOSTS PPN TIMEOUT [MPIEXEC-OPTION... --] ARGS...: b5_remote.py over the simulated hosts
+  local nh=$1 ppn=$2 t=$3 mo=(); shift 3
+  if [[ " $* " == *" -- "* ]]; then while [ "$1" != -- ]; do mo+=("$1"); shift; done; shift; fi
+  echo "b5: [$(date +%T)] b5_remote.py $nh hosts x $ppn ranks ${mo[*]} $*" >&2
+  timeout -k 10 "$t" "$cl/ompi-run" "$nh" "$ppn" ${mo[@]+"${mo[@]}"} -- "$py" bench/b5_remote.py "$@" || {
     echo "b5: b5_remote.py $* failed or timed out" >&2; status=1; }
 }
 note_json() { # note_json FILE REASON: a result file that only says why it was not measured
@@ -142,6 +144,14 @@ note_json() { # note_json FILE REASON: a result file that only says why it was n
   "$py" -c 'import json, sys; json.dump({"bench": "B5", "not_measured": sys.argv[2]}, open(sys.argv[1], "w"))' "$1" "$2"
 }
 
+# Parts 1 and 3 (get_batch and the C programs, Open MPI) bind each rank to a core (B5_BIND,
+# default "core"; "none" leaves them unbound): Open MPI's own default for 2 ranks per host, which
+# the oversubscription setting turns off. Unbound, the scheduler moves 4 ranks and their progress
+# threads between 2 cores, and the same loop runs at 0.3x to 2x its median from one 0.2 s repeat
+# to the next; bound, repeats agree within a few per cent, so the store and the floor beside it
+# are compared, not two scheduling draws. The loader parts stay unbound (1 host x 4 ranks would
+# put two ranks on a core).
+b5_bind=(); [ "${B5_BIND:-core}" = none ] || b5_bind=(--bind-to "${B5_BIND:-core}")
 # The bare C programs (part 3), defined first: the request/reply floor also runs right before part 1,
 # so that its runs bracket the store's in time (the report takes the mean of its runs).
 csecs=2; ctime=240
@@ -149,8 +159,9 @@ csecs=2; ctime=240
 cbuild="$root/build-b5c"
 build_c() { # build_c MPICC DIR [fabric]: compile the ceilings; 1 if it cannot
   mkdir -p "$2" && "$1" -O2 -o "$2/b5c_mpi" bench/b5c/b5c_mpi.c || return 1
-  [ -z "${3:-}" ] || "$1" -O2 -o "$2/b5c_fabric" bench/b5c/b5c_fabric.c \
-    $(pkg-config --cflags --libs libfabric) -lpthread
+  [ -z "${3:-}" ] || { "$1" -O2 -o "$2/b5c_fabric" bench/b5c/b5c_fabric.c bench/b5c/floor.c \
+    $(pkg-config --cflags --libs libfabric) -lpthread &&
+    "$1" -O2 -fPIC -shared -o "$2/libb5cfloor.so" bench/b5c/floor.c $(pkg-config --cflags --libs libfabric) -lpthread; }
 }
 # libddstore's read path from C (b5c_store.c), linked against the library the Python runs load.
 store_lib="$("$py" -c 'import pyddstore; print(pyddstore.library_path)' 2>/dev/null || true)"
@@ -164,7 +175,8 @@ runc() { # runc LAUNCHER LABEL PROG: run a C ceiling on 2 hosts x 2 ranks, keep 
   echo "b5: [$(date +%T)] C ceiling $2" >&2
   local txt
   local skip=0; [ "$1" = mpich-run ] && skip=1 # MPICH over UCX tcp may hang in MPI_Finalize
-  txt="$(B5C_SKIP_FINALIZE=$skip timeout -k 10 "$ctime" "$cl/$1" 2 2 -- "$3" --seconds "$csecs" $quick)" ||
+  local bind=(); [ "$1" = ompi-run ] && bind=("${b5_bind[@]}")
+  txt="$(B5C_SKIP_FINALIZE=$skip timeout -k 10 "$ctime" "$cl/$1" 2 2 ${bind[@]+"${bind[@]}"} -- "$3" --seconds "$csecs" $quick)" ||
     { echo "b5: C ceiling $2 failed or timed out" >&2; cnotes+=("$2: failed or timed out"); }
   grep '^{' <<<"$txt" | sed "s/^{/{\"mpi\": \"${1%-run}\", /" >> "$out/b5_c.jsonl" || true
 }
@@ -174,8 +186,11 @@ if build_c mpicc "$cbuild" fabric; then
   runc ompi-run "libfabric tcp;ofi_rxm request/reply" "$cbuild/b5c_fabric"
 fi
 
-# 1. get_batch, Open MPI, methods 0/1/2 and the mpi4py gather ceiling.
-run2 2 2 900 --out "$out/b5.json" --link "$out/b5_link.json" --label 2x2 $quick
+# 1. get_batch, Open MPI, methods 0/1/2, the mpi4py gather ceiling and the request/reply floor
+# (libb5cfloor.so) in the same interleaved loops.
+floor_lib=(); [ -f "$cbuild/libb5cfloor.so" ] && floor_lib=(--floor-lib "$cbuild/libb5cfloor.so")
+run2 2 2 900 ${b5_bind[@]+"${b5_bind[@]}"} -- --out "$out/b5.json" --link "$out/b5_link.json" --label 2x2 \
+  ${floor_lib[@]+"${floor_lib[@]}"} $quick
 
 # 2. Method 0 under MPICH (its own libddstore build and mpi4py). UCX_TLS=tcp,self as for Open
 # MPI, so that its reads cross the bridge (docs/clusters.rst: with it Debian's MPICH 4.0.2 hangs

@@ -20,8 +20,13 @@ network namespaces; --link FILE passes those figures in). Parts:
 * the mpi4py gather ceiling (b5_gather_ceiling.py: per batch one Alltoallv of row indices to
   the owners, np.take there, one Alltoallv of the rows back) on the same batches, timed in the
   same interleaved loops as the store ("gather_mpi4py"; --no-gather-ceiling leaves it out).
+* --floor-lib PATH: the request/reply floor of methods 1/2 (bench/b5c/floor.c built as a shared
+  library: one request and one reply per owner per batch over libfabric tcp;ofi_rxm, from C) on
+  the same batches in the same interleaved loops ("c_floor_inproc"): one ctypes call per batch,
+  as the store's get_batch is one, so that the machine's drift hits the floor and the store alike.
 """
 
+import ctypes
 import json
 import os
 import shutil
@@ -66,6 +71,8 @@ def extra(p):
                    help="leave out the mpi4py gather ceiling (b5_gather_ceiling.py)")
     p.add_argument("--per-rank", type=int, default=0,
                    help="--loader: samples per rank (weak scaling; default: a fixed total)")
+    p.add_argument("--floor-lib", default=None,
+                   help="libb5cfloor.so (bench/b5c/floor.c): time the request/reply floor in the same loops")
 
 
 def topology():
@@ -107,6 +114,36 @@ def mpi_get_ceiling():
     return fn, close
 
 
+class Floor:
+    """bench/b5c/floor.c loaded in-process (floor.h: every call but b5f_batch is collective)."""
+
+    def __init__(self, path, k, maxrb):
+        lib = ctypes.CDLL(path)
+        lib.b5f_open.argtypes = (ctypes.c_int, ctypes.c_int)
+        lib.b5f_shard.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int)
+        lib.b5f_batch.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+        for f in (lib.b5f_open, lib.b5f_shard, lib.b5f_batch, lib.b5f_close):
+            f.restype = None
+        self.lib, self.shard = lib, None
+        lib.b5f_open(k, maxrb)
+
+    def serve(self, shard):
+        """Serve `shard` (rows x row bytes, C order; kept alive here until the next one)."""
+        self.lib.b5f_shard(shard.ctypes.data, shard.shape[0], shard.shape[1])
+        self.shard = shard
+
+    def batch_fn(self, sets, out):
+        """A callable reading the next of `sets` into `out` per call (it holds both: the C
+        side keeps their addresses only)."""
+        ptrs, step, op, k, fn = [s.ctypes.data for s in sets], C.cycler(len(sets)), out.ctypes.data, len(sets[0]), \
+            self.lib.b5f_batch
+        return lambda keep=(sets, out): fn(ptrs[step()], k, op)
+
+    def close(self):
+        self.lib.b5f_close()
+        self.shard = None
+
+
 def run_get(args, link, hs_root):
     hosts, remote = topology()
     single = len(set(hosts)) == 1
@@ -124,6 +161,7 @@ def run_get(args, link, hs_root):
     repeats, target_s = (2, 0.05) if args.quick else (5, 0.15)
     results = []
     k = args.k
+    floor = Floor(args.floor_lib, k, max(args.sizes)) if args.floor_lib else None
     try:
         # Ceilings: contiguous 4 MiB reads, all in one interleaved set.
         cfns = {}
@@ -186,6 +224,12 @@ def run_get(args, link, hs_root):
                 return sets[i]
 
             fns = {label: (lambda st=st: st.get_batch(name, out, nxt())) for label, st in stores.items()}
+            if floor:
+                floor.serve(make_shard(RANK, rows, rb))
+                out_f = np.zeros((k, rb), np.uint8)
+                floor.batch_fn(sets[:1], out_f)()
+                C.require_everywhere(bool(np.array_equal(out_f, want)), f"B5 {rb} B: the C floor returned wrong rows")
+                fns["c_floor_inproc"] = floor.batch_fn(sets, out_f)
             if args.gather_ceiling:
                 # The same batches through plain mpi4py collectives (b5_gather_ceiling.py), in the
                 # same interleaved loops: collective, so every rank runs the same number of calls.
@@ -216,6 +260,8 @@ def run_get(args, link, hs_root):
     finally:
         for st in stores.values():
             st.free()
+        if floor:
+            floor.close()
     return results, notes
 
 

@@ -1,287 +1,57 @@
-/* B5 bare C ceiling, libfabric: one request and one reply per owner per batch.
+/* B5 bare C ceiling, libfabric: one request and one reply per owner per batch (floor.h).
  *
  *   mpiexec -n 4 build-b5c/b5c_fabric [--k 256] [--seconds 1] [--quick] [SIZE...]
  *
- * Every rank opens two RDM endpoints of one provider (default "tcp;ofi_rxm", B5C_PROV
- * overrides): a server endpoint, served by a thread that blocks in fi_cq_sread, and a
- * client endpoint used by the main thread. MPI only exchanges the endpoint addresses.
- * Per batch the reader sends each owner it needs one tagged message (its rank and the row
- * numbers), the owner's thread gathers those rows by memcpy into one buffer and sends it
- * back in one message (tag = owner), which lands in a per-owner bounce buffer; the reader
- * then puts the rows into request order. Waits block (FI_WAIT_FD): nobody spins. This is
- * the least work the store's methods 1 and 2 can do per batch on the same transport.
+ * Times floor.c's batches of K random rows held by ranks on other hosts, by duration on every
+ * rank (CPU of every thread). b5_remote.py --floor-lib times the same code (libb5cfloor.so)
+ * in the store's interleaved loops.
  *
  * Prints one JSON line per row size (rank 0). */
 #include "common.h"
-
-#include <pthread.h>
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_tagged.h>
-#include <stdatomic.h>
-
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        ssize_t rc_ = (call);                                                                  \
-        if (rc_ < 0) {                                                                         \
-            fprintf(stderr, "b5c_fabric: %s: %s\n", #call, fi_strerror((int)-rc_));            \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                      \
-        }                                                                                      \
-    } while (0)
-
-/* Every operation carries one of these as its context (providers may ask for FI_CONTEXT). */
-struct op {
-    struct fi_context2 ctx;
-    int kind; /* OP_REQ (a request arrived), OP_REPLY (a reply was sent), OP_OTHER */
-    int slot;
-};
-enum { OP_REQ, OP_REPLY, OP_OTHER };
-
-/* A request: who asks, how many rows, their size, then the owner-local row numbers. */
-struct reqhdr {
-    int32_t from, n, rb, pad;
-};
-
-static int rank, size, kmax, maxrb;
-static struct fid_ep *sep;        /* server endpoint */
-static struct fid_cq *scq;
-static fi_addr_t *client_addr;    /* the client endpoint of every rank */
-static uint8_t *shard;            /* the current row size's rows (set between barriers) */
-static atomic_int stop;
-static size_t req_bytes;
-static int nslots;
-
-/* Retry while the provider has no room (tcp;ofi_rxm progresses inside the calls). */
-#define RETRY(call, cq)                                                                        \
-    do {                                                                                       \
-        ssize_t r_;                                                                            \
-        while ((r_ = (call)) == -FI_EAGAIN) {                                                  \
-            struct fi_cq_tagged_entry e_;                                                      \
-            (void)fi_cq_read(cq, &e_, 0);                                                      \
-        }                                                                                      \
-        CHECK(r_);                                                                             \
-    } while (0)
-
-static void *server(void *arg)
-{
-    (void)arg;
-    /* One receive slot and one reply buffer per requester: a requester has at most one
-     * request out to this owner, and it cannot send the next before it has our reply. The
-     * slot is reposted once the reply's send has completed, so a reply buffer is never
-     * overwritten while in flight. */
-    uint8_t *rbuf = malloc(req_bytes * nslots);
-    uint8_t **reply = calloc(nslots, sizeof *reply);
-    size_t reply_cap = (size_t)kmax * maxrb;
-    struct op *rops = calloc(nslots, sizeof *rops), *sops = calloc(nslots, sizeof *sops);
-    for (int s = 0; s < nslots; s++) {
-        rops[s] = (struct op){ .kind = OP_REQ, .slot = s };
-        sops[s] = (struct op){ .kind = OP_REPLY, .slot = s };
-        RETRY(fi_trecv(sep, rbuf + req_bytes * s, req_bytes, NULL, FI_ADDR_UNSPEC, 0, ~0ull, &rops[s].ctx), scq);
-    }
-    struct fi_cq_tagged_entry e[8];
-    while (!atomic_load(&stop)) {
-        ssize_t n = fi_cq_sread(scq, e, 8, NULL, 200);
-        if (n == -FI_EAGAIN)
-            continue;
-        if (n == -FI_EAVAIL) {
-            struct fi_cq_err_entry ee = { 0 };
-            fi_cq_readerr(scq, &ee, 0);
-            if (!atomic_load(&stop))
-                fprintf(stderr, "b5c_fabric: server completion error: %s\n", fi_strerror(ee.err));
-            continue;
-        }
-        CHECK(n);
-        for (ssize_t i = 0; i < n; i++) {
-            struct op *o = e[i].op_context;
-            int s = o->slot;
-            if (o->kind == OP_REQ) {
-                struct reqhdr *h = (struct reqhdr *)(rbuf + req_bytes * s);
-                const int32_t *rows = (const int32_t *)(h + 1);
-                size_t rb = (size_t)h->rb;
-                if (!reply[s])
-                    reply[s] = malloc(reply_cap);
-                for (int j = 0; j < h->n; j++) /* the gather */
-                    memcpy(reply[s] + j * rb, shard + rows[j] * rb, rb);
-                RETRY(fi_tsend(sep, reply[s], h->n * rb, NULL, client_addr[h->from], (uint64_t)rank, &sops[s].ctx),
-                      scq);
-            } else if (o->kind == OP_REPLY) {
-                RETRY(fi_trecv(sep, rbuf + req_bytes * s, req_bytes, NULL, FI_ADDR_UNSPEC, 0, ~0ull, &rops[s].ctx),
-                      scq);
-            }
-        }
-    }
-    return NULL;
-}
+#include "floor.h"
 
 int main(int argc, char **argv)
 {
+    int rank, size;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     struct opts o;
     parse_opts(argc, argv, &o);
-    int k = kmax = o.k;
+    int k = o.k, maxrb = 0;
     int *remote = malloc(sizeof(int) * size), nremote = remote_ranks(rank, size, remote);
-    const char *prov = getenv("B5C_PROV") ? getenv("B5C_PROV") : "tcp;ofi_rxm";
-
-    struct fi_info *hints = fi_allocinfo(), *info = NULL;
-    hints->caps = FI_TAGGED;
-    hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->domain_attr->threading = FI_THREAD_SAFE;
-    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-    hints->fabric_attr->prov_name = strdup(prov);
-    CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
-    struct fid_fabric *fab;
-    struct fid_domain *dom;
-    struct fid_av *av;
-    struct fid_ep *cep;
-    struct fid_cq *ccq;
-    CHECK(fi_fabric(info->fabric_attr, &fab, NULL));
-    CHECK(fi_domain(fab, info, &dom, NULL));
-    struct fi_av_attr ava = { .type = FI_AV_TABLE };
-    CHECK(fi_av_open(dom, &ava, &av, NULL));
-    struct fi_cq_attr cqa = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD };
-    CHECK(fi_cq_open(dom, &cqa, &scq, NULL));
-    CHECK(fi_cq_open(dom, &cqa, &ccq, NULL));
-    struct fid_ep *eps[2];
-    struct fid_cq *cqs[2] = { scq, ccq };
-    for (int i = 0; i < 2; i++) {
-        CHECK(fi_endpoint(dom, info, &eps[i], NULL));
-        CHECK(fi_ep_bind(eps[i], &av->fid, 0));
-        CHECK(fi_ep_bind(eps[i], &cqs[i]->fid, FI_TRANSMIT | FI_RECV));
-        CHECK(fi_enable(eps[i]));
-    }
-    sep = eps[0];
-    cep = eps[1];
-    /* Addresses: the AV holds every rank's server endpoint (fi_addr r) then its client
-     * endpoint (fi_addr size + r). */
-    char name[2][256];
-    size_t len[2] = { 256, 256 };
-    CHECK(fi_getname(&sep->fid, name[0], &len[0]));
-    CHECK(fi_getname(&cep->fid, name[1], &len[1]));
-    size_t alen = len[0] > len[1] ? len[0] : len[1];
-    char *all = malloc(alen * 2 * size);
-    char mine[512];
-    memcpy(mine, name[0], alen);
-    memcpy(mine + alen, name[1], alen);
-    MPI_Allgather(mine, (int)(2 * alen), MPI_BYTE, all, (int)(2 * alen), MPI_BYTE, MPI_COMM_WORLD);
-    fi_addr_t *srv_addr = malloc(sizeof(fi_addr_t) * size);
-    client_addr = malloc(sizeof(fi_addr_t) * size);
-    for (int r = 0; r < size; r++) {
-        if (fi_av_insert(av, all + 2 * alen * r, 1, &srv_addr[r], 0, NULL) != 1 ||
-            fi_av_insert(av, all + 2 * alen * r + alen, 1, &client_addr[r], 0, NULL) != 1) {
-            fprintf(stderr, "b5c_fabric: fi_av_insert failed\n");
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-    }
-    req_bytes = sizeof(struct reqhdr) + sizeof(int32_t) * k;
     for (int i = 0; i < o.nsizes; i++)
         maxrb = o.sizes[i] > maxrb ? o.sizes[i] : maxrb;
-    nslots = size;
-
-    /* Reader state: per owner one request buffer and one bounce buffer for its reply. */
-    int *cnt = calloc(size, sizeof(int)), *fill = calloc(size, sizeof(int));
-    uint8_t *reqs = malloc(req_bytes * size);
-    int *pos = malloc(sizeof(int) * k);
+    b5f_open(k, maxrb);
     int64_t *idx = malloc(sizeof(int64_t) * k);
-    struct op *cops = calloc(2 * size, sizeof *cops);
-    for (int i = 0; i < 2 * size; i++)
-        cops[i].kind = OP_OTHER;
-    pthread_t th;
-    int started = 0;
-
+    uint8_t *shard = NULL;
     for (int si = 0; si < o.nsizes; si++) {
         int rb = o.sizes[si];
         int64_t rows = rows_for(rb, o.quick);
-        uint8_t *old = shard;
-        MPI_Barrier(MPI_COMM_WORLD); /* nobody reads the old shard any more */
-        shard = make_shard(rank, rows, rb);
-        free(old);
-        if (!started) {
-            pthread_create(&th, NULL, server, NULL);
-            started = 1;
-        }
-        uint8_t *bounce = malloc((size_t)k * rb), *out = malloc((size_t)k * rb);
+        uint8_t *next = make_shard(rank, rows, rb);
+        b5f_shard(next, rows, rb);
+        free(shard); /* nobody reads it any more */
+        shard = next;
+        uint8_t *out = malloc((size_t)k * rb);
         uint64_t seed = 0x9E3779B97F4A7C15ull ^ (uint64_t)(rank + 1) * 7919;
+        random_batch(&seed, remote, nremote, rows, k, idx);
+        b5f_batch(idx, k, out);
+        require_rows(out, idx, k, rb, "b5c_fabric");
         MPI_Barrier(MPI_COMM_WORLD);
         int64_t batches = 0;
-        double t0 = 0, c0 = 0;
-        for (int it = -1;; it++) {
-            if (it == 0) {
-                t0 = wall_now();
-                c0 = cpu_now();
-            }
+        double t0 = wall_now(), c0 = cpu_now();
+        do { /* not collective: owners serve from their thread */
             random_batch(&seed, remote, nremote, rows, k, idx);
-            memset(cnt, 0, sizeof(int) * size);
-            for (int i = 0; i < k; i++)
-                cnt[idx[i] / rows]++;
-            for (int r = 0, s = 0; r < size; r++) {
-                fill[r] = s;
-                s += cnt[r];
-                struct reqhdr *h = (struct reqhdr *)(reqs + req_bytes * r);
-                *h = (struct reqhdr){ .from = rank, .n = 0, .rb = rb };
-            }
-            for (int i = 0; i < k; i++) {
-                int r = (int)(idx[i] / rows);
-                struct reqhdr *h = (struct reqhdr *)(reqs + req_bytes * r);
-                ((int32_t *)(h + 1))[h->n++] = (int32_t)(idx[i] - r * rows);
-                pos[fill[r]++] = i;
-            }
-            int pending = 0;
-            for (int r = 0, s = 0; r < size; s += cnt[r], r++) {
-                if (!cnt[r])
-                    continue;
-                RETRY(fi_trecv(cep, bounce + (size_t)s * rb, (size_t)cnt[r] * rb, NULL, FI_ADDR_UNSPEC, (uint64_t)r, 0,
-                               &cops[r].ctx),
-                      ccq);
-                RETRY(fi_tsend(cep, reqs + req_bytes * r, sizeof(struct reqhdr) + sizeof(int32_t) * cnt[r], NULL,
-                               srv_addr[r], 0, &cops[size + r].ctx),
-                      ccq);
-                pending += 2;
-            }
-            struct fi_cq_tagged_entry e[16];
-            while (pending > 0) {
-                ssize_t n = fi_cq_sread(ccq, e, 16, NULL, 10000);
-                if (n == -FI_EAGAIN)
-                    continue; /* a slow owner: keep waiting (mpiexec's timeout ends a hang) */
-                if (n == -FI_EAVAIL) {
-                    struct fi_cq_err_entry ee = { 0 };
-                    fi_cq_readerr(ccq, &ee, 0);
-                    fprintf(stderr, "b5c_fabric: reader completion error: %s\n", fi_strerror(ee.err));
-                    MPI_Abort(MPI_COMM_WORLD, 1);
-                }
-                CHECK(n);
-                pending -= (int)n;
-            }
-            for (int i = 0; i < k; i++) /* into request order */
-                memcpy(out + (size_t)pos[i] * rb, bounce + (size_t)i * rb, rb);
-            if (it == -1) {
-                require_rows(out, idx, k, rb, "b5c_fabric");
-                MPI_Barrier(MPI_COMM_WORLD);
-                continue;
-            }
+            b5f_batch(idx, k, out);
             batches++;
-            if (wall_now() - t0 >= o.seconds) /* not collective: owners serve from their thread */
-                break;
-        }
-        double wall = wall_now() - t0, cpu = cpu_now() - c0;
-        report("c_fabric_req_reply", rank, size, rb, k, batches, wall, cpu);
-        free(bounce);
+        } while (wall_now() - t0 < o.seconds);
+        report("c_fabric_req_reply", rank, size, rb, k, batches, wall_now() - t0, cpu_now() - c0);
         free(out);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
-    atomic_store(&stop, 1);
-    fi_cq_signal(scq);
-    if (started)
-        pthread_join(th, NULL);
-    MPI_Barrier(MPI_COMM_WORLD);
-    /* Close the endpoints before MPI_Finalize; the process exits right after. */
-    fi_close(&cep->fid);
-    fi_close(&sep->fid);
+    b5f_close();
+    free(shard);
+    free(idx);
+    free(remote);
     MPI_Finalize();
     return 0;
 }
