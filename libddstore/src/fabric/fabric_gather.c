@@ -424,16 +424,9 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
     }
     free(at);
     /* The count above is an upper bound (a zero-length transfer builds no
-     * piece): the loops below run over the pieces built. */
+     * piece): the loops below run over the pieces built (none: no request,
+     * and the common exit frees everything). */
     npc = k;
-    if (npc == 0) {
-        free(pc);
-        free(owner);
-        free(starts);
-        free(reqs);
-        free(call);
-        return DDS_OK;
-    }
     uint64_t bytes = 0;
     size_t nent = 0;
     for (size_t i = 0; i < npc; i++) {
