@@ -30,7 +30,7 @@ import time
 import _common as C
 from _common import COMM, RANK, np
 
-from b5_remote import Floor, make_shard, topology
+from b5_remote import Floor, make_shard, remote_batches, rows_per_rank, topology
 
 
 def extra(p):
@@ -62,14 +62,13 @@ def main():
     floor = Floor(args.floor_lib, k, max(args.sizes))
     try:
         for rb in args.sizes:
-            rows = max(1024, min(1 << 16, (16 << 20) // rb))
+            rows = rows_per_rank(rb)
             name = f"b5l/{rb}"
-            st.add(name, make_shard(RANK, rows, rb))
+            shard = make_shard(RANK, rows, rb)  # the store copies it; the floor reads it
+            st.add(name, shard)
             st.sync()
-            floor.serve(make_shard(RANK, rows, rb))
-            rng = np.random.default_rng(17 + RANK)
-            sets = [(rng.choice(remote, size=k) * rows + rng.integers(0, rows, size=k)).astype(np.int64)
-                    for _ in range(32)]
+            floor.serve(shard)
+            sets = remote_batches(17 + RANK, remote, rows, k)
             outs = {lb: np.zeros((k, rb), np.uint8) for lb in ("floor", "ctypes", "get_batch")}
             step_c, step_g = C.cycler(len(sets)), C.cycler(len(sets))
             ptrs, h, bname = [s.ctypes.data for s in sets], st._h.ptr, st._vars[name].bname

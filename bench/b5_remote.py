@@ -88,6 +88,21 @@ def make_shard(rank, rows, rb):
     return np.random.default_rng(5000 + rank).integers(0, 256, size=(rows, rb), dtype=np.uint8)
 
 
+def rows_per_rank(rb, quick=False):
+    """Rows each rank holds at `rb`-byte rows: about 16 MiB, 1 Ki..64 Ki rows (a quarter, at
+    least 512, with --quick), as bench/b5c/common.h's rows_for."""
+    rows = max(1024, min(1 << 16, (16 << 20) // rb))
+    return max(512, rows // 4) if quick else rows
+
+
+def remote_batches(seed, remote, rows, k, n=32):
+    """n batches of k random global rows, each held by one of the ranks `remote` (`rows` rows
+    each), as int64 arrays: the prepared index sets the timed loops cycle through."""
+    rng = np.random.default_rng(seed)
+    return [(rng.choice(remote, size=k) * rows + rng.integers(0, rows, size=k)).astype(np.int64)
+            for _ in range(n)]
+
+
 def mpi_get_ceiling():
     """A callable doing one passive-target MPI_Get of CEIL_BYTES contiguous bytes from a
     remote rank's window, and its cleanup."""
@@ -190,20 +205,14 @@ def run_get(args, link, hs_root):
                   + (f" ({results[-1]['ratio_iperf3']:.2f}x iperf3)" if link else ""))
 
         for rb in args.sizes:
-            rows = max(1024, min(1 << 16, (16 << 20) // rb))
-            if args.quick:
-                rows = max(512, rows // 4)
+            rows = rows_per_rank(rb, args.quick)
             name = f"b5/{rb}"
             shards = {r: None for r in remote}
+            shard = make_shard(RANK, rows, rb)  # every store copies it; the floor and Gather read it
             for label, st in stores.items():
-                st.add(name, make_shard(RANK, rows, rb))
+                st.add(name, shard)
                 st.sync()
-            rng = np.random.default_rng(17 + RANK)
-            sets = []
-            for _ in range(32):
-                owners = rng.choice(remote, size=k)
-                local = rng.integers(0, rows, size=k)
-                sets.append((owners * rows + local).astype(np.int64))
+            sets = remote_batches(17 + RANK, remote, rows, k)
             out = np.empty((k, rb), np.uint8)
             # Bit-exact check: rows of rank r are make_shard(r, ...).
             for r in remote:
@@ -225,7 +234,7 @@ def run_get(args, link, hs_root):
 
             fns = {label: (lambda st=st: st.get_batch(name, out, nxt())) for label, st in stores.items()}
             if floor:
-                floor.serve(make_shard(RANK, rows, rb))
+                floor.serve(shard)
                 out_f = np.zeros((k, rb), np.uint8)
                 floor.batch_fn(sets[:1], out_f)()
                 C.require_everywhere(bool(np.array_equal(out_f, want)), f"B5 {rb} B: the C floor returned wrong rows")
@@ -233,7 +242,7 @@ def run_get(args, link, hs_root):
             if args.gather_ceiling:
                 # The same batches through plain mpi4py collectives (b5_gather_ceiling.py), in the
                 # same interleaved loops: collective, so every rank runs the same number of calls.
-                gat = Gather(COMM, make_shard(RANK, rows, rb), rows)
+                gat = Gather(COMM, shard, rows)
                 out_g = np.empty((k, rb), np.uint8)
                 gat(sets[0], out_g)
                 if not COMM.allreduce(bool(np.array_equal(out_g, want)), op=C.MPI.LAND):
@@ -276,9 +285,7 @@ def run_fields(args, stores, remote, hosts, repeats, target_s):
         return results
     x = np.random.default_rng(RANK).standard_normal((rows, 128)).astype(np.float32)
     y = np.arange(RANK * rows, (RANK + 1) * rows, dtype=np.int64)
-    rng = np.random.default_rng(29 + RANK)
-    sets = [(rng.choice(remote, size=k) * rows + rng.integers(0, rows, size=k)).astype(np.int64)
-            for _ in range(32)]
+    sets = remote_batches(29 + RANK, remote, rows, k)
     ox, oy = np.empty((k, 128), np.float32), np.empty(k, np.int64)
     step = C.cycler(len(sets))
 
