@@ -67,10 +67,19 @@ static void slot_done(fab_ctx *c, const struct fi_cq_tagged_entry *e, const char
     complete_slot((read_slot *)c, err);
 }
 
+/* How long one blocking wait on the CQ's descriptor lasts at most before
+ * the caller looks at its deadlines again. Longer than the scheduler tick
+ * (4 ms at HZ=250): a shorter timeout is the CPU's next timer, which the
+ * kernel reprograms on every sleep and wake-up (measured over tcp, 2
+ * hosts x 2 ranks: a 1 ms timeout cost the reader 6 us of CPU per
+ * 64-byte-row batch, 4, 10 and 100 ms none). Completions wake it at once. */
+#define BLOCK_MS 10
+
 /* Drain the initiator CQ once. Whichever thread gets the lock serves
  * everyone's completions (reads, gather requests and replies, through
  * their contexts); the others step aside. `block`: nothing came for a
- * while, so wait on the CQ's descriptor (up to 1 ms) instead of spinning. */
+ * while, so wait on the CQ's descriptor (up to BLOCK_MS) instead of
+ * spinning. */
 void dds_fab_drain_cq(struct dds_fabric *F, bool block)
 {
     if (pthread_mutex_trylock(&F->cq_lock) != 0) {
@@ -83,7 +92,7 @@ void dds_fab_drain_cq(struct dds_fabric *F, bool block)
     struct fi_cq_tagged_entry e[16];
     ssize_t n = fi_cq_read(F->cq, e, 16);
     if (n == -FI_EAGAIN && block && F->cq_wait)
-        n = fi_cq_sread(F->cq, e, 16, NULL, 1);
+        n = fi_cq_sread(F->cq, e, 16, NULL, BLOCK_MS);
     if (n > 0) {
         for (ssize_t i = 0; i < n; i++) {
             fab_ctx *c = e[i].op_context;
@@ -112,7 +121,7 @@ void dds_fab_drain_cq(struct dds_fabric *F, bool block)
 }
 
 /* Completions arrive within microseconds on a fast fabric: spin briefly
- * (F->spin_ns), then block. */
+ * (F->spin_ns; none where they need the target's CPU), then block. */
 typedef struct waiter {
     uint64_t since;
     uint64_t stuck_since; /* first wait of this call without the reset of a posted op */

@@ -55,26 +55,12 @@ static int fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op
     return dds_fab_gather_vars(s, vars, ops, nops, nvars);
 }
 
-/* Providers that move one-sided reads in software, through the target's
- * CPU (a request and a reply per operation, as a gather request costs
- * once per owner): tcp (tcp;ofi_rxm), sockets, udp (ofi_rxd), shm (its
- * multi-transfer reads wait for the target's progress thread). Not: cxi,
- * verbs, psm3, opx, efa, whose NICs serve reads without the target's CPU;
- * there gather.c switches by row size. */
+/* Whether one-sided reads go through the target's CPU (the provider's
+ * class, fabric.c); there gather.c always gathers, elsewhere it switches
+ * by row size. */
 static bool fab_rma_emulated(const dds_store *s)
 {
-    if (!s->fab)
-        return false;
-    const char *p = s->fab->prov;
-    static const char *hw[] = { "cxi", "verbs", "psm", "opx", "efa", "ucx" };
-    for (size_t i = 0; i < sizeof hw / sizeof *hw; i++)
-        if (strstr(p, hw[i]))
-            return false;
-    static const char *sw[] = { "tcp", "sockets", "udp", "shm", "rxd" };
-    for (size_t i = 0; i < sizeof sw / sizeof *sw; i++)
-        if (strstr(p, sw[i]))
-            return true;
-    return false;
+    return s->fab && s->fab->rma_emulated;
 }
 
 static void fab_describe(const dds_store *s, char *buf, size_t cap)
