@@ -41,6 +41,8 @@ def _mpi():
 def _after_fork_in_child():
     global _forked
     _forked = True
+    for h in _live:  # the parent's stores: their fast paths step aside (see _Handle.usable)
+        h.usable = False
 
 
 if hasattr(os, "register_at_fork"):
@@ -70,6 +72,24 @@ class _Handle:
 
     Reads take the handle for the duration of the C call; free() waits until
     no call is in flight, so a read in another thread never sees freed memory.
+
+    Two ways to take it: ``with handle as ptr`` (a lock around a count; raises
+    when the store is freed or was made before fork()), and the per-batch
+    read's lighter one, which costs no lock (every batch of a loader pays it,
+    after each network wait, with cold caches)::
+
+        if h.usable:
+            h.inflight.append(None)   # first announce the call ...
+            try:
+                if h.usable:          # ... then look again: free() may have begun
+                    call(h.ptr)
+            finally:
+                h.inflight.pop()
+
+    free() clears ``usable`` before it waits for ``inflight`` to empty, so a
+    call either sees it cleared or is waited for (list appends and attribute
+    stores are atomic under the GIL). Where ``usable`` is False the caller
+    takes ``with`` instead, which raises the right error.
     """
 
     def __init__(self, ptr, collective, comms=()):
@@ -83,6 +103,8 @@ class _Handle:
         self._cv = threading.Condition(self._lock)
         self._busy = 0
         self._closing = False
+        self.inflight = []  # calls of the lighter guard (see the class's docstring)
+        self.usable = True  # ptr is set, free() has not begun, not a forked child's copy
         with _live_lock:
             _live.append(self)
 
@@ -130,8 +152,10 @@ class _Handle:
                     self._cv.wait()
                 return
             self._closing = True
-            while self._busy:
-                self._cv.wait()
+            self.usable = False
+            # The lighter guard's calls do not notify: poll for them.
+            while self._busy or self.inflight:
+                self._cv.wait(0.001 if self.inflight else None)
             ptr = self.ptr
         rc = 0
         msg = ""
@@ -156,6 +180,7 @@ class _Handle:
             # kept the store, so a later free() on every rank can still release it.
             with self._cv:
                 self._closing = False
+                self.usable = not _forked
                 self._cv.notify_all()
         else:
             self._forget()
