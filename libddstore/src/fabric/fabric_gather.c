@@ -213,11 +213,25 @@ static size_t compact_words(const struct dds_fabric *F, const greq *q, piece *pc
     if (F->is_reader)
         return 0;
     size_t words = 0;
+    uint64_t unit = 0, recip = 0;
     for (size_t i = q->first; i < q->first + q->npieces; i++) {
-        uint64_t unit = (uint64_t)pc[i].var->row_bytes;
-        if (unit == 0 || unit > UINT32_MAX)
-            return 0;
-        uint64_t row = pc[i].offset / unit, n = pc[i].len == unit ? 1 : pc[i].len / unit;
+        if (i == q->first || pc[i].var != pc[i - 1].var) {
+            unit = (uint64_t)pc[i].var->row_bytes;
+            if (unit == 0 || unit > UINT32_MAX)
+                return 0;
+            /* offset / unit by a multiplication (a 64-bit division per
+             * row showed in profiles): ceil(2^64 / unit) gives the exact
+             * quotient of every multiple of unit below 2^63; anything
+             * else fails the check below and takes the other form. */
+            recip = unit == 1 ? 0 : UINT64_MAX / unit + 1;
+        }
+#ifdef __SIZEOF_INT128__
+        uint64_t row = unit == 1 ? pc[i].offset : (uint64_t)(((unsigned __int128)pc[i].offset * recip) >> 64);
+#else
+        uint64_t row = pc[i].offset / unit;
+        (void)recip;
+#endif
+        uint64_t n = pc[i].len == unit ? 1 : pc[i].len / unit;
         if (row * unit != pc[i].offset || n * unit != pc[i].len || row + n > UINT32_MAX)
             return 0;
         pc[i].row = (uint32_t)row;
