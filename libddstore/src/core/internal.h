@@ -482,4 +482,21 @@ DDS_HIDDEN int dds_shard_open(dds_var *v, size_t offset, size_t len, bool writab
 /* Monotonic clock in nanoseconds. */
 DDS_HIDDEN uint64_t dds_now_ns(void);
 
+/* Per-thread scratch buffers (scratch.c), one per slot, kept between calls
+ * and freed when the thread exits. */
+typedef enum dds_scratch_slot {
+    DDS_SCRATCH_SPLIT_OPS,   /* dds_read_split's sorted transfers */
+    DDS_SCRATCH_SPLIT_COUNT, /* dds_read_split's counts by owner */
+    DDS_SCRATCH_BOUNCE,      /* owner-side gather replies (fabric_gather.c) */
+    DDS_SCRATCH_SLOTS
+} dds_scratch_slot;
+/* This thread's buffer of `slot`, of at least `n` bytes (its contents are
+ * not kept when it grows), or NULL when out of memory. Valid until the
+ * thread's next dds_scratch() of the same slot. */
+DDS_HIDDEN void *dds_scratch(dds_scratch_slot slot, size_t n);
+/* Leave `buf`, this thread's buffer of `slot`, to whoever still writes into
+ * it (a provider completing an abandoned read): never reused or freed; the
+ * next dds_scratch() of the slot allocates a new one. */
+DDS_HIDDEN void dds_scratch_forget(dds_scratch_slot slot, const void *buf);
+
 #endif /* DDSTORE_INTERNAL_H */

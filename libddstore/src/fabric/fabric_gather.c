@@ -40,44 +40,9 @@
 #define WINDOW 64
 #define WINDOW_BYTES ((uint64_t)64 << 20)
 
-/* Bounce buffers of a call come from one arena per thread, kept between
- * calls (a fresh malloc of a large reply costs a page fault per page, as
- * much as the copy), up to WINDOW_BYTES; freed when the thread exits. */
-static pthread_key_t arena_key;
-static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
-typedef struct arena {
-    char *buf;
-    size_t cap;
-} arena;
-
-static void arena_free(void *p)
-{
-    arena *a = p;
-    free(a->buf);
-    free(a);
-}
-
-static void arena_init(void) { pthread_key_create(&arena_key, arena_free); }
-
-/* This thread's arena of at least `n` bytes, or NULL. */
-static char *arena_get(size_t n)
-{
-    pthread_once(&arena_once, arena_init);
-    arena *a = pthread_getspecific(arena_key);
-    if (!a) {
-        a = calloc(1, sizeof *a);
-        if (!a || pthread_setspecific(arena_key, a) != 0) {
-            free(a);
-            return NULL;
-        }
-    }
-    if (a->cap < n) {
-        free(a->buf);
-        a->buf = malloc(n);
-        a->cap = a->buf ? n : 0;
-    }
-    return a->buf;
-}
+/* Bounce buffers of a call come from this thread's scratch
+ * (DDS_SCRATCH_BOUNCE, kept between calls: a fresh malloc of a large reply
+ * costs a page fault per page, as much as the copy), up to WINDOW_BYTES. */
 
 typedef struct piece {
     dds_var *var;
@@ -98,7 +63,7 @@ typedef struct greq {
     uint64_t bytes;
     uint64_t tag;
     char *bounce; /* NULL: the reply lands in the one piece's dst */
-    bool own_bounce; /* malloc'd for this request (else in the thread's arena) */
+    bool own_bounce; /* malloc'd for this request (else in the thread's scratch) */
     char *msg;
     size_t msglen;
     struct fid_mr *bmr, *smr;
@@ -455,14 +420,16 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
         nent += add;
     }
     starts[nreq] = npc;
-    /* Bounce bytes of the whole call: from the thread's arena when they fit. */
+    /* Bounce bytes of the whole call: from the thread's scratch when they fit. */
     uint64_t nbounce = 0;
     for (size_t r = 0; r < nreq; r++)
         if (F->local_mr || starts[r + 1] - starts[r] > 1)
             for (size_t i = starts[r]; i < starts[r + 1]; i++)
                 nbounce += pc[i].len;
-    char *arena_buf = !F->local_mr && nbounce && nbounce <= WINDOW_BYTES ? arena_get((size_t)nbounce) : NULL;
-    uint64_t arena_used = 0;
+    char *scratch_buf = !F->local_mr && nbounce && nbounce <= WINDOW_BYTES
+                          ? dds_scratch(DDS_SCRATCH_BOUNCE, (size_t)nbounce)
+                          : NULL;
+    uint64_t scratch_used = 0;
 
     gwait w = { 0 };
     size_t lo = 0, next = 0; /* requests [lo, next) posted, those before lo finished */
@@ -492,9 +459,9 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
             q->tag = atomic_fetch_add(&F->next_tag, 1) << 2;
             reqs[next] = q;
             char *bounce = NULL;
-            if (arena_buf && q->npieces > 1) {
-                bounce = arena_buf + arena_used;
-                arena_used += b;
+            if (scratch_buf && q->npieces > 1) {
+                bounce = scratch_buf + scratch_used;
+                scratch_used += b;
             }
             int prc = post_req(F, q, pc, bounce, call, &w, reqs, lo, next);
             next++;
@@ -542,15 +509,10 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
     }
     if (abandoned) {
         /* The provider may still complete the requests in flight: cancel
-         * their receives and leave them (and the call, and the arena they
+         * their receives and leave them (and the call, and the scratch buffer they
          * may land in: the thread gets a new one) allocated. */
-        if (arena_buf) {
-            arena *a = pthread_getspecific(arena_key);
-            if (a && a->buf == arena_buf) {
-                a->buf = NULL;
-                a->cap = 0;
-            }
-        }
+        if (scratch_buf)
+            dds_scratch_forget(DDS_SCRATCH_BOUNCE, scratch_buf);
         for (size_t i = lo; i < next; i++)
             if (reqs[i] && atomic_load(&reqs[i]->left) > 0)
                 fi_cancel(&F->ep->fid, &reqs[i]->rc.ctx);
