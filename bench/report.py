@@ -246,7 +246,7 @@ B5_SIZES = (64, 512, 4096, 65536)
 # loader across 2 hosts against 1 host, the store against the mpi4py gather ceiling.
 B5_NAMES = {"m0": "method 0", "m1_tcp": "method 1 tcp", "m2_tcp": "method 2 tcp",
             "m1_tcp_1s": "method 1 tcp one-sided (DDSTORE_GATHER=never)",
-            "m1_tcp_spin50": "method 1 tcp, readers poll 50 us before they block (DDSTORE_FABRIC_SPIN_US=50)",
+            "m1_tcp_spin0": "method 1 tcp, readers block at once (DDSTORE_FABRIC_SPIN_US=0)",
             "gather_mpi4py": "mpi4py gather ceiling", "c_fabric_req_reply": "C libfabric request/reply",
             "c_floor_inproc": "C libfabric request/reply, in the store's loops",
             "c_store_m1_tcp": "C loop over libddstore dds_get_batch, method 1 tcp",

@@ -222,18 +222,21 @@ void dds_fab_init_struct(struct dds_fabric *F)
 #endif
     pthread_rwlock_init(&F->recv_lock, &ra);
     /* How long a waiting reader polls its completion queue before it
-     * blocks on the queue's descriptor (DDSTORE_FABRIC_SPIN_US); without
-     * it, the provider's default (dds_fab_open_domain). */
+     * blocks on the queue's descriptor (DDSTORE_FABRIC_SPIN_US). Measured
+     * over tcp (B5, config m1_tcp_spin0, 2 hosts x 2 ranks bound to 2
+     * cores): PyDDStore.get_batch reads 2-9 % more with the 50 us poll, at
+     * slightly less CPU per batch (a reply that comes within the poll
+     * saves a sleep and a wake-up); a C loop calling dds_get_batch back to
+     * back reads 10 % less with it (bench/b5c/b5c_store). */
+    F->spin_ns = 50000;
     const char *spin = dds_env("DDSTORE_FABRIC_SPIN_US");
     if (spin) {
         char *end;
         long v = strtol(spin, &end, 10);
-        if (end != spin && *end == '\0' && v >= 0 && v <= 1000000) {
+        if (end != spin && *end == '\0' && v >= 0 && v <= 1000000)
             F->spin_ns = (uint64_t)v * 1000;
-            F->spin_set = true;
-        } else {
-            dds_debug("DDSTORE_FABRIC_SPIN_US='%s' is not 0 to 1000000; using the provider's default", spin);
-        }
+        else
+            dds_debug("DDSTORE_FABRIC_SPIN_US='%s' is not 0 to 1000000; using 50", spin);
     }
     pthread_rwlockattr_destroy(&ra);
     atomic_store(&F->next_key, 1);
@@ -323,15 +326,6 @@ int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_fo
         return dds_err(DDS_ENOMEM, "out of memory (fi_dupinfo)");
     snprintf(F->prov, sizeof F->prov, "%s", F->info->fabric_attr->prov_name);
     F->rma_emulated = rma_in_software(F->prov);
-    /* A completion that needs the peer's CPU (a reply through its progress
-     * thread, tens of microseconds on TCP) is not worth polling for: the
-     * poll takes the core from the threads it waits for (measured with
-     * bench/b5c/b5c_store over tcp, 2 hosts x 2 ranks bound to 2 cores:
-     * 94 against 84 us of CPU per batch, and with the poll the four ranks
-     * read 6,100 to 26,000 batches in the same 3 s).
-     * A NIC that completes by itself answers within the poll. */
-    if (!F->spin_set)
-        F->spin_ns = F->rma_emulated ? 0 : 50000;
     F->mr_mode = (uint64_t)F->info->domain_attr->mr_mode;
     F->max_msg = F->info->ep_attr->max_msg_size ? F->info->ep_attr->max_msg_size : SIZE_MAX;
     F->inject = F->info->tx_attr->inject_size;

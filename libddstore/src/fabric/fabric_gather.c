@@ -15,10 +15,9 @@
  *
  * Waits: completions come through the shared initiator CQ (fabric_read.c
  * drains it and hands each to its request through the context), blocking
- * on its file descriptor after a spin of DDSTORE_FABRIC_SPIN_US (default:
- * none where replies need the owner's CPU, tcp; 50 us on NICs; without a
- * descriptor, shm: sleeping 50 us between polls after 1 ms), so a waiting
- * reader leaves the CPU to the threads it waits for. The read deadline
+ * on its file descriptor after a spin of DDSTORE_FABRIC_SPIN_US (default
+ * 50 us; without a descriptor, shm: sleeping 50 us between polls after
+ * 1 ms), so a waiting reader leaves the CPU to the threads it waits for. The read deadline
  * (DDSTORE_READ_TIMEOUT_S, F->read_timeout_ns) bounds the time without a
  * completion; a reader (method 2) also gives up once the publication is
  * withdrawn. Either ends the read with an error naming the owner, cancels

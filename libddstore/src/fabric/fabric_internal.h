@@ -175,7 +175,6 @@ struct dds_fabric {
     double timeout_s;
     uint64_t read_timeout_ns; /* DDSTORE_READ_TIMEOUT_S; 0: wait for ever */
     uint64_t spin_ns;         /* DDSTORE_FABRIC_SPIN_US: a reader's polling before it blocks */
-    bool spin_set;            /* spin_ns came from DDSTORE_FABRIC_SPIN_US (else the provider's default) */
     pthread_mutex_t attach_lock;
     char prov[DDS_HS_MAX_PROV + 1];
     bool rma_emulated; /* the provider moves one-sided reads in software (dds_fab_open_domain) */

@@ -121,7 +121,7 @@ void dds_fab_drain_cq(struct dds_fabric *F, bool block)
 }
 
 /* Completions arrive within microseconds on a fast fabric: spin briefly
- * (F->spin_ns; none where they need the target's CPU), then block. */
+ * (F->spin_ns), then block. */
 typedef struct waiter {
     uint64_t since;
     uint64_t stuck_since; /* first wait of this call without the reset of a posted op */
