@@ -224,10 +224,11 @@ void dds_fab_init_struct(struct dds_fabric *F)
     /* How long a waiting reader polls its completion queue before it
      * blocks on the queue's descriptor (DDSTORE_FABRIC_SPIN_US). Measured
      * over tcp (B5, config m1_tcp_spin0, 2 hosts x 2 ranks bound to 2
-     * cores): PyDDStore.get_batch reads 2-9 % more with the 50 us poll, at
-     * slightly less CPU per batch (a reply that comes within the poll
-     * saves a sleep and a wake-up); a C loop calling dds_get_batch back to
-     * back reads 10 % less with it (bench/b5c/b5c_store). */
+     * cores, two runs): PyDDStore.get_batch reads 2-9 % more with the 50 us
+     * poll at 64 B to 4 KiB rows, at slightly less CPU per batch (a reply
+     * that comes within the poll saves a sleep and a wake-up), the same
+     * within 3 % at 64 KiB; a C loop calling dds_get_batch back to back
+     * reads 10 % less with it (bench/b5c/b5c_store). */
     F->spin_ns = 50000;
     const char *spin = dds_env("DDSTORE_FABRIC_SPIN_US");
     if (spin) {
