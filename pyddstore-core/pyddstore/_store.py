@@ -762,8 +762,10 @@ class PyDDStore:
         # (it runs after every network wait, with cold caches, where each Python call and
         # temporary object shows): libddstore checks every row against the variable's range
         # itself (and, where a group-collective read synchronises, reports DDS_ERANGE on
-        # every rank of the group, so none is left waiting). _fast_rows/_fast_out say what
-        # it accepts; anything else takes the checked path below.
+        # every rank of the group, so none is left waiting). It accepts what _fast_rows and
+        # _fast_out accept (get_batch_vars calls them), written out here because the two
+        # calls cost 1 us a batch with cold caches (8.3 vs 7.3 us per call, measured):
+        # change both together. Anything else takes the checked path below.
         v = self._vars.get(name) if type(name) is str else None
         if (v is not None and type(rows) is _ndarray and type(out) is _ndarray and rows.ndim == 1
                 and out.ndim and rows.dtype is _INT64):

@@ -20,24 +20,24 @@ int dds_read_split(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, size
     if (!sorted || !count)
         return dds_err(DDS_ENOMEM, "variable '%s': out of memory sorting %zu transfers", v->name, nops);
     memset(count, 0, (owners + 1) * sizeof *count);
-    /* One pass: copy what this process can address, count the rest by
-     * owner; then a stable placement by owner (a counting sort), so that
-     * each target is addressed in one burst. */
+    /* One pass: copy what this process can address, keep the rest in
+     * ops[0..n) and count it by owner; then a stable placement by owner (a
+     * counting sort), so that each target is addressed in one burst. */
     uint64_t bytes_local = 0, bytes_remote = 0;
     int self = s->is_reader ? -1 : s->group_rank;
     size_t n = 0;
     for (size_t i = 0; i < nops; i++) {
-        const dds_read_op *op = &ops[i];
-        if (op->owner == self)
-            bytes_local += (uint64_t)op->len;
+        dds_read_op op = ops[i];
+        if (op.owner == self)
+            bytes_local += (uint64_t)op.len;
         else
-            bytes_remote += (uint64_t)op->len;
-        const char *peer = v->peer_base ? v->peer_base[op->owner] : NULL;
+            bytes_remote += (uint64_t)op.len;
+        const char *peer = v->peer_base ? v->peer_base[op.owner] : NULL;
         if (peer) {
-            memcpy(op->dst, peer + op->src_offset, (size_t)op->len);
+            memcpy(op.dst, peer + op.src_offset, (size_t)op.len);
         } else {
-            count[op->owner + 1]++;
-            n++;
+            count[op.owner + 1]++;
+            ops[n++] = op;
         }
     }
     /* Every transfer is whole rows: one division per call, not per row. */
@@ -50,9 +50,8 @@ int dds_read_split(dds_store *s, dds_var *v, dds_read_op *ops, size_t nops, size
         return DDS_OK;
     for (int g = 0; g < s->group_size; g++)
         count[g + 1] += count[g];
-    for (size_t i = 0; i < nops; i++)
-        if (!v->peer_base || !v->peer_base[ops[i].owner])
-            sorted[count[ops[i].owner]++] = ops[i];
+    for (size_t i = 0; i < n; i++)
+        sorted[count[ops[i].owner]++] = ops[i];
     memcpy(ops, sorted, n * sizeof *ops);
     return DDS_OK;
 }

@@ -17,10 +17,10 @@
  * drains it and hands each to its request through the context), blocking
  * on its file descriptor after a spin of DDSTORE_FABRIC_SPIN_US (default
  * 50 us; without a descriptor, shm: sleeping 50 us between polls after
- * 1 ms), so a waiting reader leaves the CPU to the threads it waits for. The read deadline
- * (DDSTORE_READ_TIMEOUT_S, F->read_timeout_ns) bounds the time without a
- * completion; a reader (method 2) also gives up once the publication is
- * withdrawn. Either ends the read with an error naming the owner, cancels
+ * 1 ms), so a waiting reader leaves the CPU to the threads it waits for.
+ * The read deadline (DDSTORE_READ_TIMEOUT_S, F->read_timeout_ns) bounds
+ * the time without a completion; a reader (method 2) also gives up once
+ * the publication is withdrawn. Either ends the read with an error naming the owner, cancels
  * the receives still posted and marks the store broken, as fi_read does.
  * Thread-safe: tags come from one atomic counter. */
 #include <limits.h>
@@ -38,10 +38,6 @@
 
 #define WINDOW 64
 #define WINDOW_BYTES ((uint64_t)64 << 20)
-
-/* Bounce buffers of a call come from this thread's scratch
- * (DDS_SCRATCH_BOUNCE, kept between calls: a fresh malloc of a large reply
- * costs a page fault per page, as much as the copy), up to WINDOW_BYTES. */
 
 typedef struct piece {
     dds_var *var;
@@ -419,7 +415,9 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
         nent += add;
     }
     starts[nreq] = npc;
-    /* Bounce bytes of the whole call: from the thread's scratch when they fit. */
+    /* Bounce bytes of the whole call: from the thread's scratch when they
+     * fit in WINDOW_BYTES (kept between calls: a fresh malloc of a large
+     * reply costs a page fault per page, as much as the copy). */
     uint64_t nbounce = 0;
     for (size_t r = 0; r < nreq; r++)
         if (F->local_mr || starts[r + 1] - starts[r] > 1)
