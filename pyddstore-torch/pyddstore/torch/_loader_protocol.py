@@ -21,6 +21,16 @@ datasets two more, and only these, through :class:`LoaderDataset`:
     its column batch for its own Collater. ``out``: buffers from the
     dataset's ``alloc()`` (reuse_buffers).
 
+``read_batches(batches, collate_fn)`` and ``reads_together(collate_fn)`` (optional)
+    Several batches (a list of index lists) read together, as a list of
+    what ``read_batch`` gives for each, or None (read them one by one).
+    Across hosts a read costs per request more than per byte, so batches
+    read together cost the loader one request per owner for all of them
+    (:func:`batches_per_read`). ``reads_together`` gives the bytes per
+    sample such a read moves, or None when ``read_batches`` would return
+    None for this collate_fn (decided before reading, as for read_batch).
+    DistDataset implements both.
+
 The datasets of dataset.py, windowed.py and geometric/dataset.py implement
 it (their common base is _storedataset.StoreDataset); the loader finds it
 through ``torch.utils.data.Subset`` with :func:`find` and :func:`rows_of`. What ``__getitems__``
@@ -44,6 +54,41 @@ class LoaderDataset(Protocol):
 
     def read_batch(self, indices, collate_fn, out=None):
         """Batch `indices` as columns `collate_fn` collates, or None (read with __getitems__)."""
+
+
+# Batches read together move at most this many bytes, as upstream DDStore's collective
+# reads go in rounds of a few MiB: past it a read already costs per byte, not per request.
+READ_TOGETHER_BYTES = 8 << 20
+
+
+def reads_together(reader, collate_fn):
+    """Bytes per sample of `reader`'s read_batches() with `collate_fn`, or None
+    when it has no read_batches() or would not use it for this collate_fn."""
+    if reader is None or not callable(getattr(reader, "read_batches", None)):
+        return None
+    return reader.reads_together(collate_fn)
+
+
+def batches_per_read(sample_nbytes, batch_size, read_ahead):
+    """How many batches of `batch_size` samples of `sample_nbytes` bytes a loader
+    thread reads together: half of the `read_ahead` batches it keeps in flight
+    (the other half is being consumed meanwhile), within READ_TOGETHER_BYTES;
+    1 when they cannot be read together."""
+    if not sample_nbytes or not batch_size:
+        return 1
+    return max(1, min(read_ahead // 2, READ_TOGETHER_BYTES // (sample_nbytes * batch_size)))
+
+
+def read_ahead(sample_nbytes, batch_size):
+    """ThreadDataLoader's prefetch_factor when none is given: DataLoader's 2, or for
+    batches read together (`sample_nbytes` from reads_together) as many as make two
+    reads of at most READ_TOGETHER_BYTES each, up to MAX_READ_AHEAD."""
+    if not sample_nbytes or not batch_size:
+        return 2
+    return max(2, min(MAX_READ_AHEAD, 2 * (READ_TOGETHER_BYTES // (sample_nbytes * batch_size))))
+
+
+MAX_READ_AHEAD = 16
 
 
 def find(dataset):

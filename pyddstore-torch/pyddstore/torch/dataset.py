@@ -326,16 +326,47 @@ class _FieldDataset(StoreDataset):
         samples need per-sample work (decode, ragged fields) or a subclass
         overrides __getitems__; decided before reading, so the caller's fallback
         to __getitems__ never reads twice."""
-        if (collate_fn is not _default_collate or self._decode is not None
-                or self._ragged is not None or self._structure.has_records
-                or type(self).__getitems__ is not _FieldDataset.__getitems__):
+        if not self._reads_columns(collate_fn):
             return None
         self._check_open()
+        return Columns(self._structure, self._read_tensors(self._rows(indices), out))
+
+    def read_batches(self, batches, collate_fn):
+        """Several batches (index lists) read together, as read_batch() gives each:
+        one get_batch_vars() for all of them (one request per owner across hosts),
+        each batch's columns a view into the columns read, which stay in memory
+        while any of the batches is referenced. None when read_batch() would
+        return None."""
+        if not self._reads_columns(collate_fn):
+            return None
+        self._check_open()
+        rows = [self._rows(b) for b in batches]
+        cols = self._read_tensors(np.concatenate(rows), None)
+        out, a = [], 0
+        for r in rows:
+            b = a + len(r)
+            out.append(Columns(self._structure, [c[a:b] for c in cols]))
+            a = b
+        return out
+
+    def reads_together(self, collate_fn):
+        """Bytes per sample that read_batches() moves, or None when it would return None."""
+        if not self._reads_columns(collate_fn):
+            return None
+        return sum(f.row_bytes for f in self._structure.fields)
+
+    def _reads_columns(self, collate_fn):
+        """Whether a batch read for `collate_fn` can be handed over as Columns."""
+        return not (collate_fn is not _default_collate or self._decode is not None
+                    or self._ragged is not None or self._structure.has_records
+                    or type(self).__getitems__ is not _FieldDataset.__getitems__)
+
+    def _read_tensors(self, rows, out):
+        """Every field's column of `rows` as a tensor, in field order."""
         keys = self._structure.keys
-        vals = self._to_values(keys, self._field_columns(self._rows(indices), keys, out))
-        return Columns(self._structure, [
-            v if isinstance(v, torch.Tensor) else torch.from_numpy(v)
-            for v in (vals[f.key] for f in self._structure.fields)])
+        vals = self._to_values(keys, self._field_columns(rows, keys, out))
+        return [v if isinstance(v, torch.Tensor) else torch.from_numpy(v)
+                for v in (vals[f.key] for f in self._structure.fields)]
 
     # ---- for a dataset built on this one (WindowedDataset) ---------------------
     def _read_rows_apart(self, rows, keys):

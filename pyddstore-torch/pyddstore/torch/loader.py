@@ -60,11 +60,13 @@ class _Run:
         self.finished = False      # the user saw StopIteration, or the run was drained
         self.sampler_done = False
 
-    def put(self, seq, result):
+    def put(self, seq, results):
+        """Hand over the results of batches seq, seq+1, ... (one wake-up for all)."""
         with self.cond:
             if not self.cancelled:
-                self.results[seq] = result
-            self.processed += 1
+                for i, result in enumerate(results):
+                    self.results[seq + i] = result
+            self.processed += len(results)
             self.cond.notify_all()
 
     def wait_processed(self):
@@ -110,7 +112,7 @@ class _Core:
         self.drop_last = loader.drop_last
         self.worker_init_fn = loader.worker_init_fn
         self.n_threads = max(1, loader.num_workers)
-        pf = loader.prefetch_factor if loader.prefetch_factor is not None else 2
+        pf = loader._read_ahead
         self.depth = max(1, self.n_threads * pf)
         self.fast_collate = self.collate_fn is _default_collate
         self.reuse = reuse_buffers
@@ -123,6 +125,14 @@ class _Core:
         # Reads in one thread in order: collective reads (store.reads_collective), and iterable
         # datasets (one shared iterator).
         self.ordered = self.ordered_ds is not None or self.kind == _DatasetKind.Iterable
+        # Batches a thread reads together (one request per owner, or one collective read, for
+        # all of them): half of its read-ahead, for a map-style dataset that reads batches
+        # together with this collate_fn, into fresh buffers (a reused set holds one batch).
+        # The same on every rank that has the same batch_size, so collective reads still pair.
+        self.group = 1
+        if not reuse_buffers and self.auto_collation and self.kind == _DatasetKind.Map:
+            self.group = loader_protocol.batches_per_read(
+                loader_protocol.reads_together(self.reader, self.collate_fn), loader.batch_size, pf)
         self.lock = threading.Lock()
         self.threads = []
         self.tasks = queue.Queue()
@@ -180,27 +190,27 @@ class _Core:
             if item is None:
                 return
             if self.ordered:
-                run, seq, ok, data, bufs = item
+                run, seq, fetched, bufs = item
             else:
-                run, seq, index = item
+                run, seq, indices = item
                 if run.cancelled:
-                    run.put(seq, None)
+                    run.put(seq, [None] * len(indices))
                     continue
                 bufs = self.pool.get() if self.pool is not None else None
-                try:
-                    data, ok = self.fetch(run.fetcher, index, bufs), True
-                except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
-                    data, ok = e, False
+                fetched = self.fetch_group(run.fetcher, indices, bufs)
+            results = []
             try:
-                if ok and not run.cancelled:
-                    data = self.finish_batch(data)
-                result = (ok, data)
-            except BaseException as e:  # noqa: BLE001
-                result = (False, e)
+                for ok, data in fetched:
+                    try:
+                        if ok and not run.cancelled:
+                            data = self.finish_batch(data)
+                        results.append((ok, data))
+                    except BaseException as e:  # noqa: BLE001
+                        results.append((False, e))
             finally:
                 if bufs is not None:
                     self.pool.put(bufs)
-            run.put(seq, result)
+            run.put(seq, results)
 
     def _reader(self, ready, errors):
         # The one thread that reads for an ordered dataset; shares worker 0's CPUs.
@@ -209,20 +219,46 @@ class _Core:
             item = self.tasks.get()
             if item is None:
                 return
-            run, seq, index = item
+            run, seq, indices = item
             bufs = self.pool.get() if self.pool is not None else None
-            try:
-                data, ok = self.fetch(run.fetcher, index, bufs), True
-            except BaseException as e:  # noqa: BLE001
-                data, ok = e, False
+            fetched = self.fetch_group(run.fetcher, indices, bufs)
             if run.cancelled:
                 if bufs is not None:
                     self.pool.put(bufs)
-                run.put(seq, None)
+                run.put(seq, [None] * len(indices))
             else:
-                self.collate_q.put((run, seq, ok, data, bufs))
+                self.collate_q.put((run, seq, fetched, bufs))
 
     # ---- per batch -----------------------------------------------------------
+    def fetch_group(self, fetcher, indices, bufs):
+        """Read the batches `indices` (a list of batch indices), uncollated, as a
+        list of (ok, data or exception). Several batches are read together when the
+        dataset can (read_batches). If that read refuses an index (out of range, not
+        an integer) the batches are read one by one, so that each gets its own result
+        or error as without grouping; collective reads refuse on every rank, so every
+        rank reads them one by one alike. Any other failure (a timeout, a lost owner,
+        a freed store) is every batch's: reading them again would wait once per batch."""
+        if len(indices) > 1:
+            try:
+                datas = self.reader.read_batches([self.rows(index) for index in indices], self.collate_fn)
+            except (IndexError, TypeError, ValueError):
+                datas = None
+            except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
+                return [(False, e)] * len(indices)
+            if datas is not None:
+                return [(True, data) for data in datas]
+        fetched = []
+        for index in indices:
+            try:
+                fetched.append((True, self.fetch(fetcher, index, bufs)))
+            except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
+                fetched.append((False, e))
+        return fetched
+
+    def rows(self, index):
+        """Batch `index` of the dataset as rows of its reader (through Subsets)."""
+        return index if self.reader is self.dataset else loader_protocol.rows_of(self.dataset, self.reader, index)
+
     def fetch(self, fetcher, index, bufs):
         """Read one batch (or sample when batch_size=None), uncollated. fetcher: the
         iteration's fetcher of an iterable dataset, None for a map-style one."""
@@ -233,8 +269,7 @@ class _Core:
             if self.reader is not None:
                 # The batch as columns this collate_fn takes (DistDataset's for the default
                 # collate, the graph dataset's for its Collater); None: the usual path.
-                rows = index if self.reader is ds else loader_protocol.rows_of(ds, self.reader, index)
-                data = self.reader.read_batch(rows, self.collate_fn, out=bufs)
+                data = self.reader.read_batch(self.rows(index), self.collate_fn, out=bufs)
                 if data is not None:
                     return data
             if bufs is not None:
@@ -347,24 +382,25 @@ class _ThreadIter(_BaseDataLoaderIter):
         core.runs = [r for r in core.runs
                      if not r.finished and not (r.cancelled and r.processed >= r.submitted)] + [self._run]
         self._received = 0
-        for _ in range(core.depth):
-            if not self._submit():
-                break
+        self._submit()
 
     def _submit(self):
-        run = self._run
-        if run.sampler_done:
-            return False
-        try:
-            index = self._next_index()
-        except StopIteration:
-            run.sampler_done = True
-            return False
-        with run.cond:
-            seq = run.submitted
-            run.submitted += 1
-        self._core.tasks.put((run, seq, index))
-        return True
+        """Keep up to depth batches in flight, handed to the workers in groups of
+        core.group batches (read together): a group is sent once that many are free."""
+        run, core = self._run, self._core
+        while not run.sampler_done and run.submitted - self._received + core.group <= core.depth:
+            indices = []
+            try:
+                while len(indices) < core.group:
+                    indices.append(self._next_index())
+            except StopIteration:
+                run.sampler_done = True
+            if not indices:
+                return
+            with run.cond:
+                seq = run.submitted
+                run.submitted += len(indices)
+            core.tasks.put((run, seq, indices))
 
     def _reset(self, loader, first_iter=False):
         raise RuntimeError("ThreadDataLoader iterators are not reset; call iter(loader) again")
@@ -489,7 +525,19 @@ class ThreadDataLoader(DataLoader[T_co]):
     Each batch is fetched (via dataset.__getitems__ when present), collated and
     optionally pinned (only when an accelerator is available, as DataLoader
     does) in a worker thread; at most num_workers * prefetch_factor batches are
-    in flight. A batch from DistDataset.__getitems__ is collated by handing
+    in flight (num_workers=0: one thread's prefetch_factor).
+
+    Batches read together: a DistDataset read with the default collate_fn (no
+    reuse_buffers) gives each thread half of its prefetch_factor batches to read
+    in one get_batch_vars (one request per owner across hosts, or one collective
+    read for method 0, for all of them; a read costs per request more than per
+    byte there), up to 8 MiB a read. Without a prefetch_factor given (or None)
+    such a loader reads ahead as many batches as make two such reads, from 2 up
+    to 16 (DataLoader's default is 2); loader.prefetch_factor says which. The
+    batches of one read are views into its columns, which stay in memory while
+    any of them is referenced. A read that refuses an index is made again batch
+    by batch, so only the batch holding it raises; any other failed read (a
+    timeout, a lost owner) is raised for each of its batches. A batch from DistDataset.__getitems__ is collated by handing
     over its per-field columns instead of stacking the samples again, when
     collate_fn is the default; a pyddstore dataset may read a batch as
     columns its own collate_fn builds from (the graph DistDataset for
@@ -562,6 +610,13 @@ class ThreadDataLoader(DataLoader[T_co]):
                 raise ValueError("reuse_buffers=True with a custom collate_fn: the buffers are reused "
                                  "after collate, so collate_fn must copy; pass collate_copies=True if it "
                                  "does, or use the default collate_fn")
+        self._read_ahead = self.prefetch_factor
+        if DataLoader_kwargs.get("prefetch_factor") is None:
+            together = None if reuse_buffers else loader_protocol.reads_together(
+                loader_protocol.find(dataset), self.collate_fn)
+            self._read_ahead = loader_protocol.read_ahead(together, self.batch_size)
+            if self.num_workers > 0:
+                self.prefetch_factor = self._read_ahead
         self._core = _Core(self, bool(reuse_buffers), bool(collate_copies))
 
     @property
