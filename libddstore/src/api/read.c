@@ -259,14 +259,18 @@ static int batch_ops(dds_store *s, dds_var *v, void *out, const int64_t *rows, i
     int64_t total = v->offsets[s->group_size];
     int rc = ops_reserve(l, (size_t)nrows, v->name);
     int owner = 0;
+    int64_t prev = -2;
     for (int64_t i = 0; rc == DDS_OK && i < nrows; i++) {
         int64_t r = rows[i];
         if (r < 0 || r >= total)
             return dds_err(DDS_ERANGE, "variable '%s': row %lld (position %lld) is outside [0, %lld)", v->name,
                            (long long)r, (long long)i, (long long)total);
-        /* Sequential batches stay with the same owner: test it first. */
-        if (r < v->offsets[owner] || r >= v->offsets[owner + 1])
+        /* The row after the previous one mostly stays with its owner. Asking
+         * that, not whether any row is in the last owner's range, keeps the
+         * branch predictable for random batches as for sequential ones. */
+        if (r != prev + 1 || r >= v->offsets[owner + 1])
             owner = dds_owner_of(v, s->group_size, r);
+        prev = r;
         ops_push(l, v, owner, r, 1, (char *)out + i * v->row_bytes);
     }
     return rc;

@@ -241,8 +241,23 @@ DDS_HIDDEN void dds_var_free(dds_var *v);
 DDS_HIDDEN int dds_var_append(dds_store *s, dds_var *v);
 /* Validate a variable name (length, UTF-8). */
 DDS_HIDDEN int dds_check_name(const char *name);
-/* Owner of a global row: group rank r with offsets[r] <= row < offsets[r+1]. */
-DDS_HIDDEN int dds_owner_of(const dds_var *v, int group_size, int64_t row);
+/* Owner of a global row (0 <= row < offsets[group_size]): the largest group
+ * rank r with offsets[r] <= row (shards may be empty). A binary search whose
+ * halving is a conditional move, not a branch: rows of a random batch fall
+ * to random owners, and a branch per halving step mispredicted about every
+ * other time (a profile of random 520 B reads across hosts had the
+ * branching search at 2.4 % of all CPU). Inline: called once per row. */
+static inline int dds_owner_of(const dds_var *v, int group_size, int64_t row)
+{
+    const int64_t *off = v->offsets;
+    int base = 0;
+    for (int n = group_size; n > 1;) {
+        int half = n / 2;
+        base = off[base + half] <= row ? base + half : base;
+        n -= half;
+    }
+    return base;
+}
 
 /* Whether batched reads (dds_get_batch, dds_get_ranges, dds_read_fail) of
  * `s` are group-collective (read.c). */

@@ -107,18 +107,3 @@ int dds_var_append(dds_store *s, dds_var *v)
     pthread_rwlock_unlock(&s->vars_lock);
     return rc;
 }
-
-int dds_owner_of(const dds_var *v, int group_size, int64_t row)
-{
-    /* Largest r with offsets[r] <= row; shards may be empty, so skip ahead to
-     * the last of equal offsets. */
-    int lo = 0, hi = group_size - 1;
-    while (lo < hi) {
-        int mid = lo + (hi - lo + 1) / 2;
-        if (v->offsets[mid] <= row)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
