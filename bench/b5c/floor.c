@@ -133,6 +133,9 @@ void b5f_open(int k, int rbmax)
     kmax = k;
     maxrb = rbmax;
     const char *prov = getenv("B5C_PROV") ? getenv("B5C_PROV") : "tcp;ofi_rxm";
+    /* The transport as libddstore configures it (fabric.c, rxm_eager_default): replies up
+     * to 8 MiB go eagerly, not by rxm's rendezvous, unless the user set the limit. */
+    setenv("FI_OFI_RXM_EAGER_LIMIT", "8388608", 0);
     struct fi_info *hints = fi_allocinfo(), *info = NULL;
     hints->caps = FI_TAGGED;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;

@@ -299,6 +299,29 @@ static bool rma_in_software(const char *prov)
     return false;
 }
 
+/* ofi_rxm over tcp sends a message eagerly up to FI_OFI_RXM_EAGER_LIMIT
+ * (default 16 KiB, where dynamic receive buffers also turn segmentation
+ * off) and by rendezvous above it: a request-to-send, then a read that the
+ * tcp provider emulates, through the sender's progress, before the data
+ * moves. A gather reply always finds its receive posted (the reader posts
+ * it before sending the request), so sending every reply eagerly costs no
+ * buffering and saves the rendezvous round trips: measured over 2 simulated
+ * hosts x 2 ranks (bench/b5_layers.py, get_batch of 256 random rows), 512 B
+ * rows 1120 -> 1870 MB/s, 4 KiB rows 2620 -> 3110 MB/s, the ranks' resident
+ * memory unchanged (rxm's bounce buffers keep FI_OFI_RXM_BUFFER_SIZE).
+ * libfabric reads the variable when an endpoint is opened, so it is set
+ * here, before ours are, and only where the user has not set it. rxm
+ * refuses connections between endpoints whose limits differ: every process
+ * of a store must run with the same value (libddstore's, or the user's). */
+static void rxm_eager_default(const char *prov)
+{
+    if (strstr(prov, "ofi_rxm") && strstr(prov, "tcp") && !getenv("FI_OFI_RXM_EAGER_LIMIT")) {
+        char limit[32];
+        snprintf(limit, sizeof limit, "%zu", DDS_GATHER_MAX_REPLY);
+        setenv("FI_OFI_RXM_EAGER_LIMIT", limit, 0);
+    }
+}
+
 /* Open fabric, domain and the initiator endpoint for provider `prov`. */
 int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_format)
 {
@@ -327,6 +350,7 @@ int dds_fab_open_domain(struct dds_fabric *F, const char *prov, uint32_t addr_fo
         return dds_err(DDS_ENOMEM, "out of memory (fi_dupinfo)");
     snprintf(F->prov, sizeof F->prov, "%s", F->info->fabric_attr->prov_name);
     F->rma_emulated = rma_in_software(F->prov);
+    rxm_eager_default(F->prov);
     F->mr_mode = (uint64_t)F->info->domain_attr->mr_mode;
     F->max_msg = F->info->ep_attr->max_msg_size ? F->info->ep_attr->max_msg_size : SIZE_MAX;
     F->inject = F->info->tx_attr->inject_size;

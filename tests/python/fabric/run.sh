@@ -23,6 +23,10 @@ for prov in shm tcp; do
       mpiexec -n $n "$py" tests/python/run_pytest.py -q --color=no tests/python/fabric
   done
 done
+# A user's own FI_OFI_RXM_EAGER_LIMIT is kept (libddstore sets 8 MiB only where it is unset).
+suite_step "fabric gather tcp np=2 FI_OFI_RXM_EAGER_LIMIT=65536" 180 env DDSTORE_FABRIC=tcp \
+  FI_OFI_RXM_EAGER_LIMIT=65536 mpiexec -n 2 "$py" tests/python/run_pytest.py -q --color=no \
+  tests/python/fabric/test_gather.py
 # The core suite over the transport. tcp;ofi_rxm reads take ~0.5 ms each on
 # this loopback and the core suite makes thousands of single-row reads, so
 # tcp runs at 2 ranks only, and method 2 (same reads as method 1 for core

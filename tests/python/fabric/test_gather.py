@@ -5,6 +5,9 @@ shards, one request per remote owner per batch (counted by stats()), none
 with DDSTORE_GATHER=never, concurrent readers, method-2 readers (not in the
 owners' address vectors) get replies too."""
 
+import ctypes
+import os
+
 import numpy as np
 import pytest
 
@@ -32,6 +35,20 @@ def test_read_protocol_is_gather_on_software_rma(comm):
         proto = s.info()["read_protocol"]
         if comm.Get_size() > 1 and PROVIDER in ("tcp", "shm"):
             assert proto.startswith("owner-side gather"), proto
+
+
+def test_tcp_replies_go_eagerly(comm):
+    """Over tcp;ofi_rxm libddstore sets FI_OFI_RXM_EAGER_LIMIT to its largest reply (8 MiB)
+    where the user has not set it, and keeps the user's value (run.sh runs this suite
+    both ways). libfabric reads the process environment, not Python's copy of it."""
+    if PROVIDER != "tcp":
+        pytest.skip("the limit is ofi_rxm over tcp's")
+    with gather_store(comm) as s:
+        assert "ofi_rxm" in s.info()["transport"] or comm.Get_size() == 1
+        got = ctypes.CDLL(None).getenv
+        got.restype = ctypes.c_char_p
+        value = got(b"FI_OFI_RXM_EAGER_LIMIT")
+        assert value == os.environ.get("FI_OFI_RXM_EAGER_LIMIT", str(8 << 20)).encode()
 
 
 @pytest.mark.parametrize("shape,dtype", [((), "int64"), ((3,), "float32"), ((4097,), "uint8"),
