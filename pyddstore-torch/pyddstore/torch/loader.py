@@ -531,14 +531,16 @@ class ThreadDataLoader(DataLoader[T_co]):
     reuse_buffers) gives each thread half of its prefetch_factor batches to read
     in one get_batch_vars (one request per owner across hosts, or one collective
     read for method 0, for all of them; a read costs per request more than per
-    byte there), up to 8 MiB a read. Without a prefetch_factor given (or None)
+    byte there), up to 2 MiB a read. Without a prefetch_factor given (or None)
     such a loader reads ahead as many batches as make two such reads, from 2 up
     to 16 (DataLoader's default is 2); loader.prefetch_factor says which. The
     batches of one read are views into its columns, which stay in memory while
     any of them is referenced. A read that refuses an index is made again batch
     by batch, so only the batch holding it raises; any other failed read (a
-    timeout, a lost owner) is raised for each of its batches. A batch from DistDataset.__getitems__ is collated by handing
-    over its per-field columns instead of stacking the samples again, when
+    timeout, a lost owner) is raised for each of its batches.
+
+    A batch from DistDataset.__getitems__ is collated by handing over its
+    per-field columns instead of stacking the samples again, when
     collate_fn is the default; a pyddstore dataset may read a batch as
     columns its own collate_fn builds from (the graph DistDataset for
     pyddstore.torch.geometric.DataLoader's Collater): the loader contract of
