@@ -72,26 +72,30 @@ def reads_together(reader, collate_fn):
     return reader.reads_together(collate_fn)
 
 
+MAX_READ_AHEAD = 16
+
+
+def _batches_that_fit(sample_nbytes, batch_size):
+    """Batches of `batch_size` samples of `sample_nbytes` bytes within READ_TOGETHER_BYTES;
+    0 when they cannot be read together (no sample size or no batch_size)."""
+    if not sample_nbytes or not batch_size:
+        return 0
+    return READ_TOGETHER_BYTES // (sample_nbytes * batch_size)
+
+
 def batches_per_read(sample_nbytes, batch_size, read_ahead):
     """How many batches of `batch_size` samples of `sample_nbytes` bytes a loader
     thread reads together: half of the `read_ahead` batches it keeps in flight
     (the other half is being consumed meanwhile), within READ_TOGETHER_BYTES;
     1 when they cannot be read together."""
-    if not sample_nbytes or not batch_size:
-        return 1
-    return max(1, min(read_ahead // 2, READ_TOGETHER_BYTES // (sample_nbytes * batch_size)))
+    return max(1, min(read_ahead // 2, _batches_that_fit(sample_nbytes, batch_size)))
 
 
 def read_ahead(sample_nbytes, batch_size):
     """ThreadDataLoader's prefetch_factor when none is given: DataLoader's 2, or for
     batches read together (`sample_nbytes` from reads_together) as many as make two
     reads of at most READ_TOGETHER_BYTES each, up to MAX_READ_AHEAD."""
-    if not sample_nbytes or not batch_size:
-        return 2
-    return max(2, min(MAX_READ_AHEAD, 2 * (READ_TOGETHER_BYTES // (sample_nbytes * batch_size))))
-
-
-MAX_READ_AHEAD = 16
+    return max(2, min(MAX_READ_AHEAD, 2 * _batches_that_fit(sample_nbytes, batch_size)))
 
 
 def find(dataset):

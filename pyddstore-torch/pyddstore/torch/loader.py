@@ -126,13 +126,10 @@ class _Core:
         # datasets (one shared iterator).
         self.ordered = self.ordered_ds is not None or self.kind == _DatasetKind.Iterable
         # Batches a thread reads together (one request per owner, or one collective read, for
-        # all of them): half of its read-ahead, for a map-style dataset that reads batches
-        # together with this collate_fn, into fresh buffers (a reused set holds one batch).
-        # The same on every rank that has the same batch_size, so collective reads still pair.
-        self.group = 1
-        if not reuse_buffers and self.auto_collation and self.kind == _DatasetKind.Map:
-            self.group = loader_protocol.batches_per_read(
-                loader_protocol.reads_together(self.reader, self.collate_fn), loader.batch_size, pf)
+        # all of them): half of its read-ahead (ThreadDataLoader._sample_nbytes_together says
+        # when). The same on every rank that has the same batch_size, so collective reads
+        # still pair.
+        self.group = loader_protocol.batches_per_read(loader._sample_nbytes_together, loader.batch_size, pf)
         self.lock = threading.Lock()
         self.threads = []
         self.tasks = queue.Queue()
@@ -612,11 +609,16 @@ class ThreadDataLoader(DataLoader[T_co]):
                 raise ValueError("reuse_buffers=True with a custom collate_fn: the buffers are reused "
                                  "after collate, so collate_fn must copy; pass collate_copies=True if it "
                                  "does, or use the default collate_fn")
+        # Bytes per sample when batches are read together (reads_together), else None: a
+        # map-style dataset that can with this collate_fn, read into fresh buffers (a reused
+        # set holds one batch). Sets the default read-ahead here and the group size in _Core.
+        self._sample_nbytes_together = None
+        if not reuse_buffers and self._auto_collation and self._dataset_kind == _DatasetKind.Map:
+            self._sample_nbytes_together = loader_protocol.reads_together(
+                loader_protocol.find(dataset), self.collate_fn)
         self._read_ahead = self.prefetch_factor
         if DataLoader_kwargs.get("prefetch_factor") is None:
-            together = None if reuse_buffers else loader_protocol.reads_together(
-                loader_protocol.find(dataset), self.collate_fn)
-            self._read_ahead = loader_protocol.read_ahead(together, self.batch_size)
+            self._read_ahead = loader_protocol.read_ahead(self._sample_nbytes_together, self.batch_size)
             if self.num_workers > 0:
                 self.prefetch_factor = self._read_ahead
         self._core = _Core(self, bool(reuse_buffers), bool(collate_copies))
