@@ -812,9 +812,11 @@ class PyDDStore:
         ``names[v]`` into ``outs[v][i]``, as :meth:`get_batch` of each
         variable in turn would. Methods 1 and 2 send one request per owner
         for all the variables (a sample of several fields costs one round
-        trip per owner, not one per field); elsewhere this is :meth:`get_batch`
-        of each, with its collective rule (every rank of the group passes the
-        same number of variables). On an error every variable was still
+        trip per owner, not one per field). Where reads are collective
+        (method 0, :meth:`get_batch`'s rule) a call is one collective read
+        for all the variables (one agreement, one exchange), and a bad
+        argument for any of them fails it on every rank; elsewhere this is
+        :meth:`get_batch` of each. On an error every variable was still
         attempted and the first error is raised."""
         # get_batch's fast path (_fast_rows, _fast_out) for every variable.
         n = _fast_rows(rows)
@@ -845,13 +847,8 @@ class PyDDStore:
                 o = _checked_out(v, out, name)
                 _check_room(name, o, n)
                 arrays.append((v, o))
-        except Exception as e:  # noqa: BLE001 - every argument error reaches the group's reads
-            for _ in names[1:]:  # one collective read per variable; the last one raises
-                try:
-                    self.fail_read(e)
-                except Exception:  # noqa: BLE001,S110 - the same error, raised below
-                    pass
-            if names:
+        except Exception as e:  # noqa: BLE001 - every argument error reaches the group's read
+            if names:  # one collective read for all the variables
                 self.fail_read(e)
             raise
         k = len(arrays)

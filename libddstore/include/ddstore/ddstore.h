@@ -465,12 +465,15 @@ DDS_API int dds_get_batch(dds_store *store, const char *name, void *out,
  * owner without a collective read (methods 1 and 2), one request per owner
  * carries the rows of every variable the read protocol gathers, so a
  * sample of several fields costs one request and one reply per owner
- * instead of one per field. Elsewhere (method 0, one-sided reads) it is
- * dds_get_batch() of each variable, with the same collective rule: every
- * rank of the group calls it with the same nvars. Errors: the first
- * variable's error, after every variable was attempted (so collective
- * reads stay in step); rows already copied may be partly written. Thread
- * safety as dds_get_batch(). Since ABI 1.2. */
+ * instead of one per field. Where reads are collective (method 0, see
+ * dds_get_batch()), a call with nvars >= 1 is one collective read for all
+ * the variables: one agreement step and, where reads gather, one exchange
+ * whose transfers name their variable (it counts as one read of the
+ * collective rule; a bad argument for any variable fails it on every
+ * rank). Elsewhere it is dds_get_batch() of each variable. Errors: the
+ * first variable's error, after every variable was attempted; rows
+ * already copied may be partly written. Thread safety as dds_get_batch().
+ * Since ABI 1.2. */
 DDS_API int dds_get_batch_vars(dds_store *store, int32_t nvars, const char *const *names,
                                void *const *outs, const int64_t *rows, int64_t nrows);
 

@@ -186,37 +186,50 @@ static int split_for_rounds(dds_store *s, dds_var *v, op_list *l, size_t n, size
 }
 
 /* A collective read of a store where reads may gather (method 0 unless
- * DDSTORE_GATHER=never). What this rank can address is copied and rows
- * read one-sided (versioned variables) are read first; then the read's
- * step, which also agrees on the number of gather exchange rounds (the
- * largest any rank needs: 0 when nobody gathers); then every rank of the
- * group, whether it gathers, read nothing or had bad arguments, takes
- * part in the rounds, serving the others. One-sided reads complete before
- * the step, so the step keeps their targets in MPI until they are done,
- * as finish_collective does: no trailing step is needed. */
-static int gather_read(dds_store *s, dds_var *v, op_list *l, int rc)
+ * DDSTORE_GATHER=never), of nvars variables (lists[k]: the transfers of
+ * vars[k]). What this rank can address is copied and rows read one-sided
+ * (versioned variables) are read first; then the read's step, which also
+ * agrees on the number of gather exchange rounds (the largest any rank
+ * needs: 0 when nobody gathers); then every rank of the group, whether it
+ * gathers, read nothing or had bad arguments, takes part in the rounds,
+ * serving the others. One-sided reads complete before the step, so the
+ * step keeps their targets in MPI until they are done, as
+ * finish_collective does: no trailing step is needed. Several variables
+ * make one read: one step and one exchange (dds_get_batch_vars). */
+static int gather_read(dds_store *s, dds_var *const *vars, op_list *lists, size_t nvars, int rc)
 {
     int64_t rounds = 0;
-    size_t ng = 0;
-    dds_var *gen = NULL;
-    if (rc == DDS_OK && l->n)
-        rc = dds_gen_of(s, v, &gen);
-    bool gathers = rc == DDS_OK && l->n && !gen && dds_gather_chosen(s, v, true);
-    if (gathers) {
-        size_t nremote = 0;
-        rc = dds_read_split(s, v, l->ops, l->n, &nremote);
-        if (rc == DDS_OK)
-            rc = split_for_rounds(s, v, l, nremote, &ng);
-        for (size_t i = 0; rc == DDS_OK && i < ng; i = dds_gather_round_end(s, l->ops, ng, i))
-            rounds++;
-    } else if (rc == DDS_OK && l->n) {
-        rc = execute(s, v, l, true);
+    const dds_read_op **ops = calloc(nvars ? nvars : 1, sizeof *ops);
+    size_t *ng = calloc(nvars ? nvars : 1, sizeof *ng);
+    if (rc == DDS_OK && (!ops || !ng))
+        rc = dds_err(DDS_ENOMEM, "out of memory for a read of %zu variables", nvars);
+    bool gathers = false;
+    for (size_t k = 0; rc == DDS_OK && k < nvars; k++) {
+        op_list *l = &lists[k];
+        dds_var *gen = NULL;
+        if (l->n)
+            rc = dds_gen_of(s, vars[k], &gen);
+        if (rc == DDS_OK && l->n && !gen && dds_gather_chosen(s, vars[k], true)) {
+            size_t nremote = 0;
+            rc = dds_read_split(s, vars[k], l->ops, l->n, &nremote);
+            if (rc == DDS_OK)
+                rc = split_for_rounds(s, vars[k], l, nremote, &ng[k]);
+            ops[k] = l->ops;
+            gathers |= ng[k] > 0;
+        } else if (rc == DDS_OK && l->n) {
+            rc = execute(s, vars[k], l, true);
+        }
     }
+    if (rc == DDS_OK && gathers)
+        for (dds_gather_pos at = { 0, 0 }; dds_gather_round(s, ops, ng, nvars, &at);)
+            rounds++;
     rc = dds_step_val(s, DDS_COLL_READ, rc, NULL, &rounds);
     if (rc == DDS_OK && rounds > 0) {
         s->gather_rounds = rounds;
-        rc = s->tp->gather(s, gathers ? v : NULL, l->ops, gathers ? ng : 0, true);
+        rc = s->tp->gather_vars(s, vars, ops, ng, gathers ? nvars : 0);
     }
+    free(ops);
+    free(ng);
     return rc;
 }
 
@@ -225,7 +238,14 @@ int dds_read_serve(dds_store *s, int64_t rounds)
     if (rounds <= 0)
         return DDS_OK;
     s->gather_rounds = rounds;
-    return s->tp->gather(s, NULL, NULL, 0, true);
+    return s->tp->gather_vars(s, NULL, NULL, NULL, 0);
+}
+
+/* Where batched reads are collective and gather (the transport then has
+ * gather_vars, collective). */
+static bool collective_gather(const dds_store *s)
+{
+    return dds_reads_collective(s) && dds_gather_possible(s) && s->tp->gather_vars;
 }
 
 /* Shared end of get_batch and get_ranges: run the transfers when the
@@ -233,8 +253,8 @@ int dds_read_serve(dds_store *s, int64_t rounds)
  * arguments were bad still takes part, so none waits for it). */
 static int batched_read_finish(dds_store *s, dds_var *v, op_list *l, bool live, int rc, uint64_t t0)
 {
-    if (live && dds_reads_collective(s) && dds_gather_possible(s)) {
-        rc = gather_read(s, v, l, rc);
+    if (live && collective_gather(s)) {
+        rc = gather_read(s, &v, l, 1, rc);
         free(l->ops);
         read_end(s, t0);
         return rc;
@@ -307,6 +327,42 @@ static int batch_vars_each(dds_store *s, int32_t nvars, const char *const *names
     return first ? dds_err(first, "%s", msg) : DDS_OK;
 }
 
+/* Where reads are collective: one collective read of every variable, one
+ * step and (where reads gather) one exchange. A rank whose arguments are
+ * bad still takes part, so none waits for it. */
+static int batch_vars_collective(dds_store *s, int32_t nvars, const char *const *names, void *const *outs,
+                                 const int64_t *rows, int64_t nrows)
+{
+    uint64_t t0 = dds_now_ns();
+    op_list *lists = calloc((size_t)nvars, sizeof *lists);
+    dds_var **vars = calloc((size_t)nvars, sizeof *vars);
+    int rc = lists && vars ? DDS_OK : dds_err(DDS_ENOMEM, "out of memory for a read of %d variables", (int)nvars);
+    for (int32_t i = 0; rc == DDS_OK && i < nvars; i++) {
+        bool live;
+        if (!names[i])
+            rc = dds_err(DDS_EINVAL, "dds_get_batch_vars: names[%d] is NULL", (int)i);
+        else
+            rc = read_begin(s, names[i], outs[i], nrows, &vars[i], &live);
+        if (rc == DDS_OK)
+            rc = batch_ops(s, vars[i], outs[i], rows, nrows, &lists[i]);
+    }
+    size_t n = rc == DDS_OK ? (size_t)nvars : 0;
+    if (collective_gather(s)) {
+        rc = gather_read(s, vars, lists, n, rc);
+    } else {
+        for (size_t k = 0; rc == DDS_OK && k < n; k++)
+            rc = lists[k].n ? execute(s, vars[k], &lists[k], true) : DDS_OK;
+        rc = finish_collective(s, rc);
+    }
+    for (int32_t i = 0; lists && i < nvars; i++)
+        free(lists[i].ops);
+    free(lists);
+    free(vars);
+    read_end(s, t0);
+    atomic_fetch_add(&s->st_calls, (uint64_t)nvars - 1); /* a read of each variable */
+    return rc;
+}
+
 DDS_API int dds_get_batch_vars(dds_store *s, int32_t nvars, const char *const *names, void *const *outs,
                                const int64_t *rows, int64_t nrows)
 {
@@ -316,10 +372,12 @@ DDS_API int dds_get_batch_vars(dds_store *s, int32_t nvars, const char *const *n
         return rc;
     if (nvars < 0 || (nvars > 0 && (!names || !outs)))
         return dds_err(DDS_EINVAL, "dds_get_batch_vars: %s", nvars < 0 ? "negative variable count" : "names or outs is NULL");
+    if (nvars > 0 && dds_reads_collective(s))
+        return batch_vars_collective(s, nvars, names, outs, rows, nrows);
     /* One request per owner for all variables needs a transport that
-     * gathers them together and a read that is not collective; else (and
-     * for one variable) this is dds_get_batch of each. */
-    if (nvars < 2 || !s->tp->gather_vars || dds_reads_collective(s))
+     * gathers them together without a collective read; else (and for one
+     * variable) this is dds_get_batch of each. */
+    if (nvars < 2 || !s->tp->gather_vars || s->tp->collective_reads)
         return batch_vars_each(s, nvars, names, outs, rows, nrows);
     uint64_t t0 = dds_now_ns();
     op_list *lists = calloc((size_t)nvars, sizeof *lists);

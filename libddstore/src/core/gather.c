@@ -165,16 +165,24 @@ int64_t dds_gather_round_cap(const dds_store *s)
     return cap < fit ? cap : fit;
 }
 
-size_t dds_gather_round_end(const dds_store *s, const dds_read_op *ops, size_t n, size_t start)
+bool dds_gather_round(const dds_store *s, const dds_read_op *const *ops, const size_t *nops, size_t nvars,
+                      dds_gather_pos *at)
 {
     int64_t cap = dds_gather_round_cap(s), bytes = 0, request = 0;
-    size_t i = start;
-    while (i < n) {
-        if (i > start && (bytes + ops[i].len > cap || request + 16 > cap))
+    bool taken = false;
+    while (at->var < nvars) {
+        if (at->op == nops[at->var]) {
+            at->var++;
+            at->op = 0;
+            continue;
+        }
+        int64_t len = ops[at->var][at->op].len;
+        if (taken && (bytes + len > cap || request + DDS_GATHER_TRANSFER_BYTES > cap))
             break;
-        bytes += ops[i].len;
-        request += 16;
-        i++;
+        bytes += len;
+        request += DDS_GATHER_TRANSFER_BYTES;
+        taken = true;
+        at->op++;
     }
-    return i;
+    return taken;
 }

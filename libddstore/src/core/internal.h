@@ -138,8 +138,10 @@ typedef struct dds_transport {
     int (*gather)(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded);
     /* gather of several variables' ops at once (nops[i] ops of vars[i],
      * each list grouped by owner): one request per owner for all of them.
-     * Not collective, thread-safe; NULL where the transport has none (or
-     * where reads are collective). */
+     * Where collective_reads, collective like gather (every rank of the
+     * group calls it in a collective read, nvars 0 included, and one read
+     * of several variables is one exchange); else not collective,
+     * thread-safe. NULL where the transport has none. */
     int (*gather_vars)(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
                        size_t nvars);
     /* Whether one-sided reads are emulated in software (a request and a
@@ -193,7 +195,7 @@ struct dds_store {
     int64_t gather_switch_bytes; /* DDSTORE_GATHER_SWITCH_BYTES, -1: the transport's default (gather.c) */
     int64_t gather_round_bytes;  /* collective gather: reply bytes per rank per round (gather.c) */
     /* Collective gather (method 0): the rounds of exchange the current
-     * collective read's step agreed on, set by read.c before tp->gather
+     * collective read's step agreed on, set by read.c before tp->gather_vars
      * (collective reads are made from one thread), and the private
      * communicator of the exchange (rma_gather.c; MPI_COMM_NULL if none). */
     int64_t gather_rounds;
@@ -330,14 +332,20 @@ DDS_HIDDEN void dds_gather_describe(const dds_store *s, char *buf, size_t cap);
  * not DDSTORE_GATHER=never): collective reads then agree on the exchange
  * in their step, before it (read.c). */
 DDS_HIDDEN bool dds_gather_possible(const dds_store *s);
-/* Rounds of a collective gather (the transport's gather and read.c count
- * them alike): ops, grouped by owner and none longer than
- * dds_gather_round_cap(s) bytes, are taken in order, a round ending before
- * the op that would take its rows past the cap or its request (16 bytes a
- * transfer) past it. The end (exclusive) of the round starting at
- * ops[start] (start < n). */
-DDS_HIDDEN size_t dds_gather_round_end(const dds_store *s, const dds_read_op *ops, size_t n,
-                                       size_t start);
+/* Rounds of a collective gather (the transport's gather_vars and read.c
+ * count them alike): the transfers of nvars lists (ops[v][0..nops[v]), each
+ * grouped by owner, none longer than dds_gather_round_cap(s) bytes) are
+ * taken in order, list after list, a round ending before the transfer that
+ * would take its rows past the cap or its request (a (variable, offset,
+ * length) triple of DDS_GATHER_TRANSFER_BYTES a transfer) past it. Moves
+ * *at (start {0, 0}) to the end of the round that starts there; false when
+ * no transfer was left. */
+#define DDS_GATHER_TRANSFER_BYTES 24
+typedef struct dds_gather_pos {
+    size_t var, op;
+} dds_gather_pos;
+DDS_HIDDEN bool dds_gather_round(const dds_store *s, const dds_read_op *const *ops, const size_t *nops,
+                                 size_t nvars, dds_gather_pos *at);
 /* Reply bytes of one rank per round: DDSTORE_GATHER_ROUND_BYTES, lowered
  * so that an owner's replies of one round to the whole group fit MPI's int
  * counts and displacements. */
@@ -361,6 +369,8 @@ DDS_HIDDEN int dds_rma_sync_local(dds_store *s, dds_var *v);
 DDS_HIDDEN int dds_rma_gather_open(dds_store *s);
 DDS_HIDDEN void dds_rma_gather_close(dds_store *s);
 DDS_HIDDEN int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded);
+DDS_HIDDEN int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops,
+                                   const size_t *nops, size_t nvars);
 DDS_HIDDEN bool dds_rma_emulated(const dds_store *s);
 /* Decide whether shards live in node shared memory (DDSTORE_NODE_LOCAL,
  * default on, and the MPI can allocate shared windows); sets

@@ -321,6 +321,7 @@ const dds_transport dds_transport_rma = {
     .unregister_recv = NULL,
     .describe = rma_describe,
     .describe_domain = NULL,
-    .gather = dds_rma_gather,      /* rma_gather.c: collective exchange in the read */
+    .gather = dds_rma_gather,           /* rma_gather.c: collective exchange in the read */
+    .gather_vars = dds_rma_gather_vars, /* the same, several variables in one exchange */
     .rma_emulated = dds_rma_emulated,
 };

@@ -12,19 +12,24 @@
  * nothing to read or one in dds_free() that meets the read, takes part in
  * each round and serves the others.
  *
+ A read of several variables (dds_get_batch_vars) is one read: one step and
+ * one exchange for all of them, so a sample of several fields costs what one
+ * field costs in synchronisations.
+ *
  * A round, on a private duplicate of the group communicator (so nothing of
  * the exchange can match the store's own steps):
  *   1. MPI_Ialltoall of per-peer request headers: transfers asked of that
- *      owner, and the index of the variable in the store's table (the same
- *      on every rank: variables are added collectively, in one order);
- *   2. MPI_Ialltoallv of the transfers, (byte offset in the owner's shard,
- *      length) pairs;
+ *      owner;
+ *   2. MPI_Ialltoallv of the transfers, (variable, byte offset in the
+ *      owner's shard, length) triples, the variable by its index in the
+ *      store's table (the same on every rank: variables are added
+ *      collectively, in one order);
  *   3. each owner checks the transfers against its shard and copies them
  *      into one send buffer, an 8-byte status ahead of each reader's rows;
  *      MPI_Ialltoallv of the replies into the reader's bounce buffer, which
  *      is then scattered into the transfers' destinations.
- * A round carries at most DDSTORE_GATHER_ROUND_BYTES (4 MiB) of rows and
- * of requests per reader (dds_gather_round_end), so buffers stay bounded
+ * A round carries at most DDSTORE_GATHER_ROUND_BYTES (16 MiB) of rows and
+ * of requests per reader (dds_gather_round), so buffers stay bounded
  * however large the batch. Every wait is dds_wait_bounded: it sleeps
  * between polls (no spinning) and gives up at the collective timeout.
  *
@@ -82,13 +87,15 @@ bool dds_rma_emulated(const dds_store *s)
  * one thread at a time uses them. */
 typedef struct dds_gx {
     int n;
-    int64_t *hdr_out, *hdr_in; /* 2n each: {transfers, variable index} per peer */
+    int64_t *hdr_out, *hdr_in; /* n each: transfers asked of each owner this round */
     int *scount, *sdisp, *rcount, *rdisp, *pos; /* n each */
     int64_t *rbytes;           /* n: bytes of rows asked of each owner this round */
     unsigned char *counted;    /* n: owner already counted in st_gather_requests */
-    int64_t *pairs_out, *pairs_in;
-    size_t pairs_in_cap;
-    size_t pairs_out_cap;
+    int64_t *vidx;             /* the read's variables' indices in the store's table */
+    size_t vidx_cap;
+    int64_t *triples_out, *triples_in;
+    size_t triples_in_cap;
+    size_t triples_out_cap;
     char *reply_out, *reply_in;
     size_t reply_out_cap, reply_in_cap;
 } gx;
@@ -101,8 +108,9 @@ static void gx_free(struct dds_gx *g)
     free(g->scount);
     free(g->rbytes);
     free(g->counted);
-    free(g->pairs_out);
-    free(g->pairs_in);
+    free(g->vidx);
+    free(g->triples_out);
+    free(g->triples_in);
     free(g->reply_out);
     free(g->reply_in);
     free(g);
@@ -142,17 +150,37 @@ static int grow(void **p, size_t *cap, size_t want)
     return 0;
 }
 
-/* The owner's half of step 3: rows asked by peer p, after its status. */
-static int64_t serve_peer(dds_store *s, const int64_t *pairs, int64_t npairs, int64_t vidx, char *out)
+/* The transfers of one round, [at, end) of the read's lists, in order. */
+typedef struct round_walk {
+    const dds_read_op *const *ops;
+    const size_t *nops;
+    dds_gather_pos at, end;
+} round_walk;
+
+static const dds_read_op *next_op(round_walk *w, size_t *var)
+{
+    while (w->at.var < w->end.var || (w->at.var == w->end.var && w->at.op < w->end.op)) {
+        if (w->at.op < w->nops[w->at.var]) {
+            *var = w->at.var;
+            return &w->ops[w->at.var][w->at.op++];
+        }
+        w->at.var++;
+        w->at.op = 0;
+    }
+    return NULL;
+}
+
+/* The owner's half of step 3: rows asked by one peer, after its status. */
+static int64_t serve_peer(dds_store *s, const int64_t *triples, int64_t ntransfers, char *out)
 {
     int64_t status = DDS_OK;
     char *rows = out + 8;
     int64_t total = 0;
     pthread_rwlock_rdlock(&s->vars_lock);
-    dds_var *v = vidx >= 0 && vidx < s->nvars ? s->vars[vidx] : NULL;
-    int64_t shard = v ? v->local_rows * v->row_bytes : 0;
-    for (int64_t k = 0; k < npairs; k++) {
-        int64_t off = pairs[2 * k], len = pairs[2 * k + 1];
+    for (int64_t k = 0; k < ntransfers; k++) {
+        int64_t vidx = triples[3 * k], off = triples[3 * k + 1], len = triples[3 * k + 2];
+        dds_var *v = vidx >= 0 && vidx < s->nvars ? s->vars[vidx] : NULL;
+        int64_t shard = v ? v->local_rows * v->row_bytes : 0;
         if (!v || off < 0 || len < 0 || off > shard || len > shard - off) {
             status = DDS_ERANGE;
             memset(rows + total, 0, (size_t)(len > 0 ? len : 0));
@@ -169,6 +197,55 @@ static int64_t serve_peer(dds_store *s, const int64_t *pairs, int64_t npairs, in
 int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded)
 {
     (void)bounded; /* always a collective read: bounded by the store's timeout */
+    return dds_rma_gather_vars(s, &v, &ops, &nops, nops ? 1 : 0);
+}
+
+/* The reader's buffers, sized for its largest round, and its variables'
+ * indices in the store's table. */
+static int reader_setup(dds_store *s, gx *g, dds_var *const *vars, const dds_read_op *const *ops,
+                        const size_t *nops, size_t nvars)
+{
+    size_t most_ops = 0;
+    int64_t most_bytes = 0;
+    dds_gather_pos at = { 0, 0 };
+    for (;;) {
+        round_walk w = { ops, nops, at, at };
+        if (!dds_gather_round(s, ops, nops, nvars, &w.end))
+            break;
+        at = w.end;
+        size_t count = 0, var;
+        int64_t bytes = 0;
+        int prev = -1;
+        for (const dds_read_op *o; (o = next_op(&w, &var));) {
+            bytes += o->len + (o->owner != prev ? 8 : 0); /* an owner's status ahead of its rows */
+            prev = o->owner;
+            count++;
+        }
+        most_ops = count > most_ops ? count : most_ops;
+        most_bytes = bytes > most_bytes ? bytes : most_bytes;
+    }
+    if (grow((void **)&g->triples_out, &g->triples_out_cap, 3 * most_ops * sizeof *g->triples_out) ||
+        grow((void **)&g->reply_in, &g->reply_in_cap, (size_t)most_bytes) ||
+        grow((void **)&g->vidx, &g->vidx_cap, nvars * sizeof *g->vidx))
+        return dds_err(DDS_ENOMEM, "variable '%s': out of memory for gather buffers (%lld bytes)",
+                       vars[0]->name, (long long)most_bytes);
+    int rc = DDS_OK;
+    pthread_rwlock_rdlock(&s->vars_lock);
+    for (size_t k = 0; k < nvars; k++) {
+        g->vidx[k] = -1;
+        for (int64_t i = 0; i < s->nvars; i++)
+            if (s->vars[i] == vars[k])
+                g->vidx[k] = i;
+        if (g->vidx[k] < 0 && rc == DDS_OK)
+            rc = dds_err(DDS_ESTATE, "variable '%s' is not in the store's table", vars[k]->name);
+    }
+    pthread_rwlock_unlock(&s->vars_lock);
+    return rc;
+}
+
+int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
+                        size_t nvars)
+{
     if (s->gather_comm == MPI_COMM_NULL)
         return broken(s, dds_err(DDS_ESTATE, "method 0: no gather communicator for a collective read"));
     int n = s->group_size;
@@ -177,7 +254,7 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
         gx *c = calloc(1, sizeof *c);
         if (c) {
             c->n = n;
-            c->hdr_out = malloc(4 * (size_t)n * sizeof *c->hdr_out);
+            c->hdr_out = malloc(2 * (size_t)n * sizeof *c->hdr_out);
             c->scount = malloc(5 * (size_t)n * sizeof *c->scount);
             c->rbytes = malloc((size_t)n * sizeof *c->rbytes);
             c->counted = malloc((size_t)n);
@@ -190,89 +267,62 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
     }
     gx g = *s->gather_gx;
     memset(g.counted, 0, (size_t)n);
-    g.hdr_in = g.hdr_out + 2 * n;
+    g.hdr_in = g.hdr_out + n;
     g.sdisp = g.scount + n;
     g.rcount = g.scount + 2 * n;
     g.rdisp = g.scount + 3 * n;
     g.pos = g.scount + 4 * n;
 
-    /* The reader's buffers, sized for its largest round. */
-    int64_t vidx = -1;
-    if (nops) {
-        size_t most_ops = 0;
-        int64_t most_bytes = 0;
-        for (size_t i = 0; i < nops;) {
-            size_t end = dds_gather_round_end(s, ops, nops, i);
-            int64_t bytes = 0;
-            int owners = 0;
-            for (size_t k = i; k < end; k++) {
-                bytes += ops[k].len;
-                owners += k == i || ops[k].owner != ops[k - 1].owner;
-            }
-            bytes += 8 * (int64_t)owners;
-            if (end - i > most_ops)
-                most_ops = end - i;
-            if (bytes > most_bytes)
-                most_bytes = bytes;
-            i = end;
-        }
-        bool short_of_memory =
-            grow((void **)&g.pairs_out, &g.pairs_out_cap, 2 * most_ops * sizeof *g.pairs_out) ||
-            grow((void **)&g.reply_in, &g.reply_in_cap, (size_t)most_bytes);
-        pthread_rwlock_rdlock(&s->vars_lock);
-        for (int64_t i = 0; i < s->nvars; i++)
-            if (s->vars[i] == v)
-                vidx = i;
-        pthread_rwlock_unlock(&s->vars_lock);
-        if (short_of_memory || vidx < 0) {
-            /* Ask for nothing, still serve the others. */
-            rc = vidx < 0 ? dds_err(DDS_ESTATE, "variable '%s' is not in the store's table", v->name)
-                          : dds_err(DDS_ENOMEM, "variable '%s': out of memory for gather buffers "
-                                                "(%lld bytes)", v->name, (long long)most_bytes);
-            nops = 0;
-        }
+    if (nvars) {
+        rc = reader_setup(s, &g, vars, ops, nops, nvars);
+        if (rc)
+            nvars = 0; /* ask for nothing, still serve the others */
     }
 
-    size_t cursor = 0;
+    dds_gather_pos cursor = { 0, 0 };
     for (int64_t round = 0; round < s->gather_rounds; round++) {
-        size_t start = cursor, end = cursor < nops ? dds_gather_round_end(s, ops, nops, cursor) : cursor;
-        cursor = end;
+        round_walk w = { ops, nops, cursor, cursor };
+        dds_gather_round(s, ops, nops, nvars, &w.end);
+        cursor = w.end;
+        size_t var;
 
-        /* 1. headers: transfers asked of each owner, and of which variable. */
+        /* 1. headers: transfers asked of each owner. */
         for (int p = 0; p < n; p++) {
-            g.hdr_out[2 * p] = 0;
-            g.hdr_out[2 * p + 1] = vidx;
+            g.hdr_out[p] = 0;
             g.rbytes[p] = 0;
         }
-        for (size_t i = start; i < end; i++) {
-            g.hdr_out[2 * ops[i].owner]++;
-            g.rbytes[ops[i].owner] += ops[i].len;
+        round_walk c = w;
+        for (const dds_read_op *o; (o = next_op(&c, &var));) {
+            g.hdr_out[o->owner]++;
+            g.rbytes[o->owner] += o->len;
         }
         MPI_Request req;
-        rc = exchanged(s, MPI_Ialltoall(g.hdr_out, 2, MPI_INT64_T, g.hdr_in, 2, MPI_INT64_T, s->gather_comm, &req),
+        rc = exchanged(s, MPI_Ialltoall(g.hdr_out, 1, MPI_INT64_T, g.hdr_in, 1, MPI_INT64_T, s->gather_comm, &req),
                        &req, "MPI_Ialltoall (gather requests)");
         if (rc)
             break;
 
-        /* 2. the transfers, (offset, length) per pair. */
+        /* 2. the transfers, (variable, offset, length) each. */
         int off = 0;
         for (int p = 0; p < n; p++) {
-            g.scount[p] = (int)(2 * g.hdr_out[2 * p]);
+            g.scount[p] = (int)(3 * g.hdr_out[p]);
             g.sdisp[p] = g.pos[p] = off;
             off += g.scount[p];
         }
-        for (size_t i = start; i < end; i++) {
-            int p = ops[i].owner;
-            g.pairs_out[g.pos[p]++] = ops[i].src_offset;
-            g.pairs_out[g.pos[p]++] = ops[i].len;
+        c = w;
+        for (const dds_read_op *o; (o = next_op(&c, &var));) {
+            int p = o->owner;
+            g.triples_out[g.pos[p]++] = g.vidx[var];
+            g.triples_out[g.pos[p]++] = o->src_offset;
+            g.triples_out[g.pos[p]++] = o->len;
         }
         int64_t in_total = 0;
         bool bad = false;
         for (int p = 0; p < n; p++) {
-            int64_t c = g.hdr_in[2 * p];
-            if (c < 0 || c > INT_MAX / 2 || in_total > INT_MAX - 2 * c)
+            int64_t k = g.hdr_in[p];
+            if (k < 0 || k > INT_MAX / 3 || in_total > INT_MAX - 3 * k)
                 bad = true;
-            g.rcount[p] = bad ? 0 : (int)(2 * c);
+            g.rcount[p] = bad ? 0 : (int)(3 * k);
             g.rdisp[p] = (int)in_total;
             in_total += g.rcount[p];
         }
@@ -281,12 +331,12 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
                                    "transfers in one round than MPI counts can hold", s->rank));
             break;
         }
-        if (grow((void **)&g.pairs_in, &g.pairs_in_cap, (size_t)in_total * sizeof(int64_t) + 16)) {
+        if (grow((void **)&g.triples_in, &g.triples_in_cap, (size_t)in_total * sizeof(int64_t) + 24)) {
             rc = broken(s, dds_err(DDS_ENOMEM, "out of memory for %lld gather requests",
-                                   (long long)in_total / 2));
+                                   (long long)in_total / 3));
             break;
         }
-        rc = exchanged(s, MPI_Ialltoallv(g.pairs_out, g.scount, g.sdisp, MPI_INT64_T, g.pairs_in, g.rcount,
+        rc = exchanged(s, MPI_Ialltoallv(g.triples_out, g.scount, g.sdisp, MPI_INT64_T, g.triples_in, g.rcount,
                                          g.rdisp, MPI_INT64_T, s->gather_comm, &req),
                        &req, "MPI_Ialltoallv (gather requests)");
         if (rc)
@@ -295,12 +345,12 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
         /* 3. the owner gathers each reader's rows behind a status; replies. */
         int64_t out_total = 0;
         for (int p = 0; p < n; p++) {
-            int64_t c = g.hdr_in[2 * p], bytes = 0;
-            for (int64_t k = 0; k < c; k++) {
-                int64_t len = g.pairs_in[g.rdisp[p] + 2 * k + 1];
+            int64_t k = g.hdr_in[p], bytes = 0;
+            for (int64_t t = 0; t < k; t++) {
+                int64_t len = g.triples_in[g.rdisp[p] + 3 * t + 2];
                 bytes += len > 0 && len <= INT_MAX ? len : 0;
             }
-            int64_t size = c ? 8 + bytes : 0;
+            int64_t size = k ? 8 + bytes : 0;
             if (size > INT_MAX || out_total > INT_MAX - size)
                 bad = true;
             g.scount[p] = bad ? 0 : (int)size;
@@ -318,12 +368,11 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
             break;
         }
         for (int p = 0; p < n; p++)
-            if (g.hdr_in[2 * p])
-                serve_peer(s, g.pairs_in + g.rdisp[p], g.hdr_in[2 * p], g.hdr_in[2 * p + 1],
-                           g.reply_out + g.sdisp[p]);
+            if (g.hdr_in[p])
+                serve_peer(s, g.triples_in + g.rdisp[p], g.hdr_in[p], g.reply_out + g.sdisp[p]);
         int64_t expect = 0;
         for (int p = 0; p < n; p++) {
-            g.rcount[p] = g.hdr_out[2 * p] ? (int)(8 + g.rbytes[p]) : 0;
+            g.rcount[p] = g.hdr_out[p] ? (int)(8 + g.rbytes[p]) : 0;
             g.rdisp[p] = (int)expect;
             expect += g.rcount[p];
         }
@@ -335,13 +384,14 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
 
         /* Scatter the replies into the transfers' destinations. */
         for (int p = 0; p < n; p++) {
-            if (!g.hdr_out[2 * p])
+            if (!g.hdr_out[p])
                 continue;
             int64_t status;
             memcpy(&status, g.reply_in + g.rdisp[p], sizeof status);
             if (status != DDS_OK && rc == DDS_OK)
-                rc = dds_err((int)status, "variable '%s': rank %d refused a gather request (a "
-                             "transfer outside its shard)", v->name, s->group_index * s->width + p);
+                rc = dds_err((int)status, "variable '%s'%s: rank %d refused a gather request (a "
+                             "transfer outside its shard)", vars[0]->name,
+                             nvars > 1 ? " (and the others read with it)" : "", s->group_index * s->width + p);
             g.pos[p] = g.rdisp[p] + 8;
             if (!g.counted[p]) {
                 g.counted[p] = 1;
@@ -349,10 +399,11 @@ int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops
             }
             atomic_fetch_add(&s->st_gather_bytes, (uint64_t)g.rbytes[p]);
         }
-        for (size_t i = start; i < end; i++) {
-            int p = ops[i].owner;
-            memcpy(ops[i].dst, g.reply_in + g.pos[p], (size_t)ops[i].len);
-            g.pos[p] += (int)ops[i].len;
+        c = w;
+        for (const dds_read_op *o; (o = next_op(&c, &var));) {
+            int p = o->owner;
+            memcpy(o->dst, g.reply_in + g.pos[p], (size_t)o->len);
+            g.pos[p] += (int)o->len;
         }
     }
     *s->gather_gx = g;

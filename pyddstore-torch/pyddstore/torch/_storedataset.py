@@ -217,8 +217,8 @@ class StoreDataset(torch.utils.data.Dataset):
     def _read_columns(self, reads, rows):
         """Read `rows` of each (variable, buffer) of `reads` into the buffer (at
         least len(rows) rows): one get_batch_vars() for all of them (methods 1
-        and 2: one request per owner for every field; method 0: a get_batch()
-        per variable, group-collective where the store's reads are);
+        and 2: one request per owner for every field; method 0: one
+        group-collective read for every field where the store's reads are);
         DDSTORE_BATCH_GET=0: one get() per row."""
         reads = list(reads)
         if batch_get_enabled():

@@ -1,7 +1,7 @@
 """PyDDStore.get_batch_vars (dds_get_batch_vars) with the suite's method
-(DDSTORE_METHOD: 0 by default, where it is get_batch of each variable with
-get_batch's collective rule; 1 and 2 send one request per owner for all the
-variables): rows bit-exact for variables of different row sizes and dtypes,
+(DDSTORE_METHOD: 0 by default, where it is one read of all the variables
+under get_batch's collective rule; 1 and 2 send one request per owner for
+all the variables): rows bit-exact for variables of different row sizes and dtypes,
 empty reads, and a bad argument on one rank failing on every rank where
 reads are collective."""
 import numpy as np

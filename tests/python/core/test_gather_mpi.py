@@ -202,3 +202,71 @@ def test_versioned_and_plain_reads_in_one_collective_read(comm):
             assert out.tobytes() == every[prow].tobytes()
     finally:
         s.free()
+
+
+def vars_read(s, comm, layouts, rows):
+    """get_batch_vars of the variables `layouts` ({name: (every, offsets)})
+    at `rows`: checks every row and returns the gather requests it sent."""
+    names = list(layouts)
+    outs = [np.full((len(rows), layouts[n][0].shape[1]), 0xEE, dtype=np.uint8) for n in names]
+    s.reset_stats()
+    s.get_batch_vars(names, outs, rows)
+    for name, out in zip(names, outs):
+        assert out.tobytes() == layouts[name][0][rows].tobytes(), name
+    return s.stats()["gather_requests"]
+
+
+@pytest.mark.parametrize("round_bytes", (None, 700))
+def test_batch_vars_make_one_exchange(comm, round_bytes):
+    """Several variables (row sizes 1, 24, 300; each its own shard layout)
+    are one collective read: one request per owner for all of them, in
+    rounds that run across the variables."""
+    settings = {"DDSTORE_GATHER_ROUND_BYTES": round_bytes} if round_bytes else {}
+    s = gather_store(comm, **settings)
+    try:
+        layouts = {name: add_rows(s, comm, name, row_bytes, salt=salt)
+                   for name, row_bytes, salt in (("va", 1, 2), ("vb", 24, 3), ("vc", 300, 4))}
+        near = near_ranks(s)
+        total = min(len(every) for every, _ in layouts.values())
+        rng = np.random.default_rng(comm.Get_rank() + 17)
+        for n in (0, 1, 40, 90 * (comm.Get_rank() + 1)):
+            rows = rng.integers(0, total, size=n)
+            owners = set()
+            for _, off in layouts.values():
+                owners |= set(owners_of(off, rows).tolist()) - near
+            assert vars_read(s, comm, layouts, rows) == len(owners)
+    finally:
+        s.free()
+
+
+def test_batch_vars_with_a_versioned_variable(comm):
+    """A versioned variable (one-sided, checked counters) read in the same
+    get_batch_vars as a gathered one."""
+    s = gather_store(comm)
+    try:
+        rank, size = comm.Get_rank(), comm.Get_size()
+        every, _ = add_rows(s, comm, "p", 16, salt=5)
+        pyddstore.init_versioned(s, "v", 3, 16, 1, block_rows=2)
+        s.update("v", np.full((3, 16), rank + 1, dtype=np.uint8), 0)
+        comm.Barrier()
+        rows = np.resize(np.arange(3 * size)[::-1], min(3 * size, len(every)))
+        outs = [np.zeros((len(rows), 16), dtype=np.uint8) for _ in range(2)]
+        s.get_batch_vars(["v", "p"], outs, rows)
+        assert (outs[0][:, 0] == rows // 3 + 1).all()
+        assert outs[1].tobytes() == every[rows].tobytes()
+    finally:
+        s.free()
+
+
+def test_unequal_batch_vars_reads_then_free(comm):
+    """Ranks that make more get_batch_vars reads than the others are served
+    by free(): each such read is one collective read."""
+    s = gather_store(comm)
+    layouts = {name: add_rows(s, comm, name, row_bytes, salt=salt)
+               for name, row_bytes, salt in (("ua", 8, 6), ("ub", 40, 7))}
+    total = min(len(every) for every, _ in layouts.values())
+    rng = np.random.default_rng(comm.Get_rank())
+    for _ in range(1 + 2 * comm.Get_rank()):
+        vars_read(s, comm, layouts, rng.integers(0, total, size=64))
+    s.free()
+    comm.Barrier()
