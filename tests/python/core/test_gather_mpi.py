@@ -270,3 +270,21 @@ def test_unequal_batch_vars_reads_then_free(comm):
         vars_read(s, comm, layouts, rng.integers(0, total, size=64))
     s.free()
     comm.Barrier()
+
+
+def test_batch_vars_one_sided_with_never(comm):
+    """DDSTORE_GATHER=never: get_batch_vars reads every variable one-sided,
+    still one collective read (a read after it works on every rank)."""
+    s = gather_store(comm, DDSTORE_GATHER="never")
+    try:
+        layouts = {name: add_rows(s, comm, name, row_bytes, salt=salt)
+                   for name, row_bytes, salt in (("na", 4, 8), ("nb", 33, 9))}
+        total = min(len(every) for every, _ in layouts.values())
+        rng = np.random.default_rng(comm.Get_rank() + 5)
+        for n in (0, 70):
+            assert vars_read(s, comm, layouts, rng.integers(0, total, size=n)) == 0
+        out = np.zeros((3, 4), dtype=np.uint8)
+        s.get_batch("na", out, [0, 1, 2])
+        assert out.tobytes() == layouts["na"][0][:3].tobytes()
+    finally:
+        s.free()
