@@ -288,3 +288,20 @@ def test_batch_vars_one_sided_with_never(comm):
         assert out.tobytes() == layouts["na"][0][:3].tobytes()
     finally:
         s.free()
+
+
+def test_large_batch(comm):
+    """150,000 random rows of 1 byte in one read: tens of thousands of
+    transfers asked of each owner in one round."""
+    s = gather_store(comm)
+    try:
+        every, off = add_rows(s, comm, "w", 1, salt=10)
+        near = near_ranks(s)
+        rows = np.random.default_rng(comm.Get_rank() + 23).integers(0, len(every), size=150_000)
+        out = np.zeros((len(rows), 1), dtype=np.uint8)
+        s.reset_stats()
+        s.get_batch("w", out, rows)
+        assert out.tobytes() == every[rows].tobytes()
+        assert s.stats()["gather_requests"] == remote_owners(off, rows, near)
+    finally:
+        s.free()
