@@ -62,6 +62,12 @@ if [ ! -x "$build/tests/test_core" ]; then
   ninja -C "$build" >/dev/null || { echo "cluster: build failed"; exit 1; }
 fi
 build="$(cd "$build" && pwd)"
+# The Python cases load this build's library and this checkout's packages, as
+# the MPICH cases do below: a plain `python` would otherwise take whatever
+# pyddstore its environment has installed (a .venv's wheel from an older
+# checkout, on a developer's machine).
+export PYDDSTORE_LIBRARY="$build/subprojects/libddstore/libddstore.so"
+export PYTHONPATH="$root/pyddstore-core:$root/pyddstore-torch${PYTHONPATH:+:$PYTHONPATH}"
 if want mpich && ! timeout -k 10 1500 bash ci/mpich.sh --build > build-cluster.mpich.log 2>&1; then
   tail -20 build-cluster.mpich.log
   echo "cluster: MPICH build failed"; exit 1
