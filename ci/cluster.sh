@@ -62,10 +62,10 @@ if [ ! -x "$build/tests/test_core" ]; then
   ninja -C "$build" >/dev/null || { echo "cluster: build failed"; exit 1; }
 fi
 build="$(cd "$build" && pwd)"
-# The Python cases load this build's library and this checkout's packages, as
-# the MPICH cases do below: a plain `python` would otherwise take whatever
-# pyddstore its environment has installed (a .venv's wheel from an older
-# checkout, on a developer's machine).
+# The Python cases load this build's library (the MPICH ones build-mpich's,
+# mpich_env below) and this checkout's packages: a plain `python` would
+# otherwise take whatever pyddstore its environment has installed (a .venv's
+# wheel from an older checkout, on a developer's machine).
 export PYDDSTORE_LIBRARY="$build/subprojects/libddstore/libddstore.so"
 export PYTHONPATH="$root/pyddstore-core:$root/pyddstore-torch${PYTHONPATH:+:$PYTHONPATH}"
 if want mpich && ! timeout -k 10 1500 bash ci/mpich.sh --build > build-cluster.mpich.log 2>&1; then
@@ -75,8 +75,7 @@ fi
 rm -f build-cluster.mpich.log
 mbuild="$root/build-mpich"
 mvenv=${PYDDSTORE_MPICH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/pyddstore/mpich-venv}
-mpich_env=(PYDDSTORE_LIBRARY="$mbuild/subprojects/libddstore/libddstore.so"
-           PYTHONPATH="$root/pyddstore-core:$root/pyddstore-torch" MPIEXEC=mpiexec.mpich)
+mpich_env=(PYDDSTORE_LIBRARY="$mbuild/subprojects/libddstore/libddstore.so" MPIEXEC=mpiexec.mpich)
 # A directory every host sees (the checkout; /tmp is each host's own).
 shared="$root/build-cluster"
 rm -rf "$shared"; mkdir -p "$shared/hs" "$shared/tmpdir"

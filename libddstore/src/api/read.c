@@ -195,7 +195,11 @@ static int split_for_rounds(dds_store *s, dds_var *v, op_list *l, size_t n, size
  * serving the others. One-sided reads complete before the step, so the
  * step keeps their targets in MPI until they are done, as
  * finish_collective does: no trailing step is needed. Several variables
- * make one read: one step and one exchange (dds_get_batch_vars). */
+ * make one read: one step and one exchange (dds_get_batch_vars). Where no
+ * rank gathers (DDSTORE_GATHER=never, alike on every rank) the step agrees
+ * on no round and this is one-sided reads, then the read's step. An
+ * exchange is made only where some rank gathers, so only by a transport
+ * with gather, whose gather_vars is then collective (internal.h). */
 static int gather_read(dds_store *s, dds_var *const *vars, op_list *lists, size_t nvars, int rc)
 {
     int64_t rounds = 0;
@@ -241,31 +245,19 @@ int dds_read_serve(dds_store *s, int64_t rounds)
     return s->tp->gather_vars(s, NULL, NULL, NULL, 0);
 }
 
-/* Where batched reads are collective and gather (the transport then has
- * gather_vars, collective). */
-static bool collective_gather(const dds_store *s)
-{
-    return dds_reads_collective(s) && dds_gather_possible(s) && s->tp->gather_vars;
-}
-
 /* Shared end of get_batch and get_ranges: run the transfers when the
- * arguments were good, then complete group-collectively (a rank whose
- * arguments were bad still takes part, so none waits for it). */
+ * arguments were good; where reads are collective, as one collective read
+ * (gather_read: a rank whose arguments were bad still takes part, so none
+ * waits for it). */
 static int batched_read_finish(dds_store *s, dds_var *v, op_list *l, bool live, int rc, uint64_t t0)
 {
-    if (live && collective_gather(s)) {
+    if (live && dds_reads_collective(s))
         rc = gather_read(s, &v, l, 1, rc);
-        free(l->ops);
-        read_end(s, t0);
-        return rc;
-    }
-    if (rc == DDS_OK && l->n)
-        rc = execute(s, v, l, dds_reads_collective(s));
+    else if (rc == DDS_OK && l->n)
+        rc = execute(s, v, l, false);
     free(l->ops);
-    if (!live)
-        return rc;
-    rc = finish_collective(s, rc);
-    read_end(s, t0);
+    if (live)
+        read_end(s, t0);
     return rc;
 }
 
@@ -346,14 +338,7 @@ static int batch_vars_collective(dds_store *s, int32_t nvars, const char *const 
         if (rc == DDS_OK)
             rc = batch_ops(s, vars[i], outs[i], rows, nrows, &lists[i]);
     }
-    size_t n = rc == DDS_OK ? (size_t)nvars : 0;
-    if (collective_gather(s)) {
-        rc = gather_read(s, vars, lists, n, rc);
-    } else {
-        for (size_t k = 0; rc == DDS_OK && k < n; k++)
-            rc = lists[k].n ? execute(s, vars[k], &lists[k], true) : DDS_OK;
-        rc = finish_collective(s, rc);
-    }
+    rc = gather_read(s, vars, lists, rc == DDS_OK ? (size_t)nvars : 0, rc);
     for (int32_t i = 0; lists && i < nvars; i++)
         free(lists[i].ops);
     free(lists);
