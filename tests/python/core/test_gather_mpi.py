@@ -274,7 +274,8 @@ def test_unequal_batch_vars_reads_then_free(comm):
 
 def test_batch_vars_one_sided_with_never(comm):
     """DDSTORE_GATHER=never: get_batch_vars reads every variable one-sided,
-    still one collective read (a read after it works on every rank)."""
+    still one collective read: a bad variable on one rank fails it on every
+    rank, and a read after it works on every rank."""
     s = gather_store(comm, DDSTORE_GATHER="never")
     try:
         layouts = {name: add_rows(s, comm, name, row_bytes, salt=salt)
@@ -283,6 +284,9 @@ def test_batch_vars_one_sided_with_never(comm):
         rng = np.random.default_rng(comm.Get_rank() + 5)
         for n in (0, 70):
             assert vars_read(s, comm, layouts, rng.integers(0, total, size=n)) == 0
+        names = ["na", "nope" if comm.Get_rank() == 1 else "nb"]
+        with pytest.raises(DDStoreError):
+            s.get_batch_vars(names, [np.zeros((1, 4), np.uint8), np.zeros((1, 33), np.uint8)], [0])
         out = np.zeros((3, 4), dtype=np.uint8)
         s.get_batch("na", out, [0, 1, 2])
         assert out.tobytes() == layouts["na"][0][:3].tobytes()
