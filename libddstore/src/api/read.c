@@ -355,8 +355,18 @@ DDS_API int dds_get_batch_vars(dds_store *s, int32_t nvars, const char *const *n
     int rc = dds_store_check(s);
     if (rc)
         return rc;
-    if (nvars < 0 || (nvars > 0 && (!names || !outs)))
-        return dds_err(DDS_EINVAL, "dds_get_batch_vars: %s", nvars < 0 ? "negative variable count" : "names or outs is NULL");
+    if (nvars < 0 || (nvars > 0 && (!names || !outs))) {
+        rc = dds_err(DDS_EINVAL, "dds_get_batch_vars: %s",
+                     nvars < 0 ? "negative variable count" : "names or outs is NULL");
+        /* Where reads are collective the others are in this read: take
+         * part with the error, so that it fails on every rank, not hangs. */
+        if (dds_reads_collective(s)) {
+            uint64_t t0 = dds_now_ns();
+            rc = gather_read(s, NULL, NULL, 0, rc);
+            read_end(s, t0);
+        }
+        return rc;
+    }
     if (nvars > 0 && dds_reads_collective(s))
         return batch_vars_collective(s, nvars, names, outs, rows, nrows);
     /* One request per owner for all variables needs a transport that

@@ -46,3 +46,31 @@ def test_bad_variable_on_one_rank_fails_everywhere(filled, comm):
     out = np.zeros((1, 2))
     filled.get_batch_vars(["a"], [out], [0])
     assert out.tobytes() == values([0], (2,), "float64", 5).tobytes()
+
+
+@pytest.mark.parametrize("bad", ["negative nvars", "NULL names"])
+def test_bad_c_call_on_one_rank_fails_everywhere(filled, comm, bad):
+    """A C caller's malformed dds_get_batch_vars (no binding passes one) is a
+    bad argument too: where reads are collective it takes part in the read
+    and fails it on every rank; before, that rank returned at once and the
+    others waited in their read until the collective timeout."""
+    import ctypes
+
+    from pyddstore._store import _c
+
+    rank = comm.Get_rank()
+    out = np.zeros((1, 2))
+    if rank == 0:
+        nvars, names = (-1, None) if bad == "negative nvars" else (1, None)
+        outs = (ctypes.c_void_p * 1)(out.ctypes.data)
+        rows = np.zeros(1, np.int64)
+        rc = _c.dds_get_batch_vars(filled._h.ptr, nvars, names, outs, rows.ctypes.data, 1)
+        assert rc != 0
+        if filled.reads_collective:
+            comm.bcast(None, root=0)  # every rank left the read: no hang
+    elif filled.reads_collective:
+        with pytest.raises(DDStoreError, match="rank 0"):
+            filled.get_batch_vars(["a"], [out], [0])
+        comm.bcast(None, root=0)
+    filled.get_batch_vars(["a"], [out], [0])
+    assert out.tobytes() == values([0], (2,), "float64", 5).tobytes()
