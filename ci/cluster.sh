@@ -181,7 +181,7 @@ case_ ompi m0-dflt 2x2 "method0-defaults [fix:osc]" 180 \
   env "${M0[@]}" $cl/ompi-run 2 2 -- python $cl/method0_defaults.py
 
 # ---- Python suites (subsets that read other ranks' rows) ----------------------------
-core_k="(test_every_dtype_all_rows and (float64 or bool)) or test_spanning or test_get_batch_random or test_get_ranges or test_epochs_with_width or test_mismatch_across_ranks or test_bad_batch_on_one_rank or test_batch_vars_make_one_exchange or test_unequal_batch_vars_reads_then_free"
+core_k="(test_every_dtype_all_rows and (float64 or bool)) or test_spanning or test_get_batch_random or test_get_ranges or test_epochs_with_width or test_mismatch_across_ranks or test_bad_batch_on_one_rank or test_batch_vars_make_one_exchange or test_unequal_batch_vars_reads_then_free or test_bad_c_call_on_one_rank"
 torch_k="test_ddp_loss_decreases or test_fabric_methods_parallel_reads or test_same_draws_global_rng or test_distdataset_batches_collate or test_width_groups or test_method0_reads_in_one_thread or test_reuse_buffers_no_batch"
 sampler_k="test_defaults_from_store or test_restart_on_other_replica"
 case_ ompi m0-ucx 2x2 "pytest core (-k subset)" 400 env "${M0[@]}" "${UCX[@]}" $cl/ompi-run 2 2 -- "${PYT[@]}" tests/python/core -k "$core_k"
