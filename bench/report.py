@@ -427,6 +427,25 @@ def b5_section(docs, lines, summary):
                 f"{ratio:.3f} ({r['samples_per_s_per_rank'] / 1e3:.1f}k vs "
                 f"{base['samples_per_s_per_rank'] / 1e3:.1f}k samples/s/rank)")
     lines.append("")
+    if l2 and l1 and any("main_thread_cpu_s_per_batch" in r for r in l2["results"] + l1["results"]):
+        # Where a loader's CPU goes: the calling thread (sampler, hand-over) against the rest of
+        # the process (the reader thread's reads and collates, serving peers, waits).
+        lines += ["Loader CPU per batch of 256, per rank (mean over ranks; all threads / the calling "
+                  "thread / the rest: the loader's reader thread and the store's, with reads, serving "
+                  "peers and waits):", "",
+                  "| config | 1 host: all / calling / rest (us) | 2 hosts: all / calling / rest (us) |",
+                  "|---|---|---|"]
+        one = {r["config"]: r for r in l1["results"]}
+
+        def split(r):
+            if r is None or "main_thread_cpu_s_per_batch" not in r:
+                return "-"
+            a, m = r["cpu_s_per_batch"] * 1e6, r["main_thread_cpu_s_per_batch"] * 1e6
+            return f"{a:.0f} / {m:.0f} / {a - m:.0f}"
+
+        for r in l2["results"]:
+            lines.append(f"| {B5_NAMES[r['config']]} | {split(one.get(r['config']))} | {split(r)} |")
+        lines.append("")
 
     # Weak scaling: the same samples per rank, 1..4 hosts x 2 ranks.
     weak = {}
