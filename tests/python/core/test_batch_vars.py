@@ -52,8 +52,9 @@ def test_bad_variable_on_one_rank_fails_everywhere(filled, comm):
 def test_bad_c_call_on_one_rank_fails_everywhere(filled, comm, bad):
     """A C caller's malformed dds_get_batch_vars (no binding passes one) is a
     bad argument too: where reads are collective it takes part in the read
-    and fails it on every rank; before, that rank returned at once and the
-    others waited in their read until the collective timeout."""
+    and fails it on every rank. Before, that rank returned at once and left
+    the group out of step: the peers' read went on without it and returned
+    without an error."""
     import ctypes
 
     from pyddstore._store import _c
