@@ -53,8 +53,8 @@ def test_bad_c_call_on_one_rank_fails_everywhere(filled, comm, bad):
     """A C caller's malformed dds_get_batch_vars (no binding passes one) is a
     bad argument too: where reads are collective it takes part in the read
     and fails it on every rank. Before, that rank returned at once and left
-    the group out of step: the peers' read went on without it and returned
-    without an error."""
+    the group out of step: the peers' read was matched with that rank's next
+    read and returned without an error."""
     import ctypes
 
     from pyddstore._store import _c
