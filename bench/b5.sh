@@ -257,6 +257,7 @@ EOF
 # run twice, alternated, and the report averages the two paired ratios (the second pair's
 # files end in _b; --quick runs one pair).
 per_rank=32768; [ -n "$quick" ] && per_rank=4096
+rm -f "$out/b5_loader_2x2_b.json" "$out/b5_loader_1x4_b.json" # a quick run's pair is never averaged with an older one
 for alt in "" ${quick:+skip} _b; do
   [ "$alt" = skip ] && break
   run2 2 2 600 --loader --per-rank $per_rank --out "$out/b5_loader_2x2$alt.json" --label 2x2 $quick
