@@ -417,8 +417,10 @@ def b5_section(docs, lines, summary):
     if l2 and l1:
         # Each pair of runs (2 hosts, then 1 host) gives a ratio; b5.sh alternates two pairs
         # (the second's files end in _b) and the verdict takes their mean.
-        pairs = [(l2, l1)] + [(docs[a], docs[b]) for a, b in (("b5_loader_2x2_b", "b5_loader_1x4_b"),)
-                              if "results" in docs.get(a, {}) and "results" in docs.get(b, {})]
+        pairs = [(l2, l1)]
+        l2b, l1b = docs.get("b5_loader_2x2_b"), docs.get("b5_loader_1x4_b")
+        if l2b and l1b:
+            pairs.append((l2b, l1b))
         for r in l2["results"]:
             cfg, parts = r["config"], []
             for across, one in pairs:
@@ -430,11 +432,11 @@ def b5_section(docs, lines, summary):
                 continue
             ratio = sum(a / b for a, b in parts) / len(parts)
             tgt = TARGETS["b5_loader"]
-            runs = [f"{a / 1e3:.1f}k vs {b / 1e3:.1f}k samples/s/rank" for a, b in parts]
-            if len(parts) > 1:
-                runs = ["mean of " + "; ".join(f"{a / b:.3f} = {t}" for (a, b), t in zip(parts, runs))]
+            rates = [f"{a / 1e3:.1f}k vs {b / 1e3:.1f}k samples/s/rank" for a, b in parts]
+            detail = rates[0] if len(parts) == 1 else "mean of " + "; ".join(
+                f"{a / b:.3f} = {t}" for (a, b), t in zip(parts, rates))
             row(f"B5 loader {B5_NAMES[cfg]} {r['sample_bytes']} B across 2 hosts / on 1 host (4 ranks)",
-                ratio, tgt, b5_verdict(ratio, tgt), f"{ratio:.3f} ({runs[0]})")
+                ratio, tgt, b5_verdict(ratio, tgt), f"{ratio:.3f} ({detail})")
     lines.append("")
     if l2 and l1 and any("main_thread_cpu_s_per_batch" in r for r in l2["results"] + l1["results"]):
         # Where a loader's CPU goes: the calling thread (sampler, hand-over) against the rest of
@@ -502,8 +504,8 @@ def b5_section(docs, lines, summary):
                      "copy); not a network figure.")
     if "b5_mpich" in docs and "not_measured" in docs["b5_mpich"]:
         lines.append(f"- MPICH not measured: {docs['b5_mpich']['not_measured']}.")
-    for key in ("b5", "b5_mpich", "b5_c", "b5_loader_2x2", "b5_loader_1x4", "b5_loader_2x2_b", "b5_loader_1x4_b") + tuple(
-            sorted(k for k in docs if k.startswith("b5_weak_"))):
+    for key in ("b5", "b5_mpich", "b5_c", "b5_loader_2x2", "b5_loader_1x4", "b5_loader_2x2_b",
+                "b5_loader_1x4_b") + tuple(sorted(k for k in docs if k.startswith("b5_weak_"))):
         for note in (docs.get(key) or {}).get("notes", []):
             lines.append(f"- {key}: {note}")
     lines.append("- All simulated hosts share this machine's cores: the link and the stores compete for "

@@ -473,8 +473,8 @@ DDS_API int dds_get_batch(dds_store *store, const char *name, void *out,
  * rank, and so does a negative nvars or a NULL names or outs, which
  * count as one read there). Elsewhere it is dds_get_batch() of each
  * variable. Errors: the first variable's error, after every variable was
- * attempted; rows already copied may be partly written. Thread safety as dds_get_batch().
- * Since ABI 1.2. */
+ * attempted; rows already copied may be partly written. Thread safety as
+ * dds_get_batch(). Since ABI 1.2. */
 DDS_API int dds_get_batch_vars(dds_store *store, int32_t nvars, const char *const *names,
                                void *const *outs, const int64_t *rows, int64_t nrows);
 
