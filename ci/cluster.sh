@@ -171,6 +171,10 @@ for mpi in $mpis; do
   case_ $mpi m1-tcp 2x2 "mixed batches" 300 env "${e[@]}" "${M1[@]}" DDSTORE_TEST_HOSTS=2 $run 2 2 -- "${p[@]}" $mix
   case_ $mpi m2-tcp 2x2 "mixed batches" 300 env "${e[@]}" "${M2[@]}" DDSTORE_TEST_HOSTS=2 $run 2 2 -- "${p[@]}" $mix
 done
+# Ranks round-robin over the hosts (0 and 2 on one, 1 and 3 on the other):
+# gather requests by node group a node's owners that are not consecutive.
+case_ ompi m1-tcp 2x2 "mixed batches, ranks round-robin over hosts" 300 \
+  env "${M1[@]}" DDSTORE_TEST_HOSTS=2 $cl/ompi-run 2 2 --map-by node -- "${PYT[@]}" $mix
 # [fix:winlock] every host's TMPDIR is one shared directory (as on clusters
 # whose TMPDIR is on a shared file system). Before the fix: a hang.
 case_ ompi m0-ucx 2x2 "mixed batches, shared TMPDIR [fix:winlock]" 240 \

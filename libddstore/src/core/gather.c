@@ -123,7 +123,8 @@ bool dds_gather_chosen(const dds_store *s, const dds_var *v, bool collective)
     return v->row_bytes < switch_bytes(s);
 }
 
-void dds_gather_describe(const dds_store *s, char *buf, size_t cap)
+/* The protocol without the node part (dds_gather_describe). */
+static void describe_protocol(const dds_store *s, char *buf, size_t cap)
 {
     if (!s->is_reader && s->node_local && s->shm_enabled) {
         snprintf(buf, cap, "node shared memory (the whole group is on one node: every read is a memcpy)");
@@ -147,6 +148,18 @@ void dds_gather_describe(const dds_store *s, char *buf, size_t cap)
                  : s->tp->rma_emulated && s->tp->rma_emulated(s) ? "the transport moves one-sided reads in software"
                                                                  : "the transport reads one-sided in hardware",
                  single);
+}
+
+void dds_gather_describe(const dds_store *s, char *buf, size_t cap)
+{
+    describe_protocol(s, buf, cap);
+    uint64_t node = s->tp->gather_node_bytes && dds_gather_possible(s) ? s->tp->gather_node_bytes(s) : 0;
+    size_t len = strlen(buf);
+    if (node && !(s->node_local && s->shm_enabled) && len < cap)
+        snprintf(buf + len, cap - len, "; gather requests by node: one per node a batch touches, served from "
+                                       "node shared memory, up to %llu KiB a node (more: one per owner; "
+                                       "DDSTORE_GATHER_BY_NODE=0: always one per owner)",
+                 (unsigned long long)(node >> 10));
 }
 
 bool dds_gather_possible(const dds_store *s)

@@ -128,7 +128,8 @@ typedef struct dds_transport {
      * own (method 0: MPI chooses). Local. */
     void (*describe_domain)(const dds_store *s, bool why, char *buf, size_t cap);
     /* Owner-side gather (gather.c chooses when): for each owner in ops
-     * (grouped by owner, as for read), one request carrying the transfers
+     * (grouped by owner, as for read; or for each node, gather_node_bytes),
+     * one request carrying the transfers
      * and one reply with their bytes packed, scattered into the ops' dst;
      * data complete on return; adds to s->st_gather_requests (requests
      * sent) and s->st_gather_bytes (reply bytes). Where collective_reads,
@@ -148,6 +149,11 @@ typedef struct dds_transport {
      * reply through both CPUs per operation), so that gather is better at
      * every row size. NULL: false. Local. */
     bool (*rma_emulated)(const dds_store *s);
+    /* Bytes of a node's rows up to which gather sends one request per
+     * node (a rank of that node serves its node peers' rows from node
+     * shared memory) instead of one per owner; 0: per owner. NULL: 0.
+     * Local. */
+    uint64_t (*gather_node_bytes)(const dds_store *s);
 } dds_transport;
 
 DDS_HIDDEN extern const dds_transport dds_transport_rma;

@@ -3,7 +3,10 @@
  *
  * A read's remote transfers (grouped by owner) become one request per
  * owner: the variable's index, the (offset, length) of each transfer in
- * the owner's shard, the reply tag and this endpoint's address. A request
+ * the owner's shard, the reply tag and this endpoint's address; or, where
+ * every rank maps its node peers' shards, one request per node (version
+ * 4, plan_by_node: the owner of each run of rows named, served by one rank
+ * of the node from node shared memory). A request
  * holds at most DDS_GATHER_MAX_ENTRIES transfers and asks for at most
  * DDS_GATHER_MAX_REPLY bytes (longer transfers are cut), so a batch of
  * small rows is one request per owner. For each request the receive of the
@@ -53,10 +56,11 @@ typedef struct greq {
     fab_ctx rc; /* the reply's receive */
     fab_ctx sc; /* the request's send */
     struct gcall *call;
-    int owner;
+    int owner; /* the rank the request goes to: the owner, or its node's serving rank */
     size_t first, npieces;
     uint64_t bytes;
     uint64_t tag;
+    uint32_t node_words; /* > 0: a version-4 request of that many words (rows of a whole node) */
     char *bounce; /* NULL: the reply lands in the one piece's dst */
     bool own_bounce; /* malloc'd for this request (else in the thread's scratch) */
     char *msg;
@@ -164,18 +168,19 @@ static int wait_some(struct dds_fabric *F, gcall *call, gwait *w, greq **reqs, s
     return DDS_OK;
 }
 
-/* Words of request `q` in version 3 (DDS_GATHER_VERSION_ROWS), or 0 where
- * that form does not apply: a joined reader (the owners' library may be
- * older), or a piece that is not whole rows at row boundaries (a transfer
- * cut at the reply limit), or a row number beyond 32 bits. */
-static size_t compact_words(const struct dds_fabric *F, const greq *q, piece *pc)
+/* Words of pieces [first, first + npieces) in version 3
+ * (DDS_GATHER_VERSION_ROWS), or 0 where that form does not apply: a joined
+ * reader (the owners' library may be older), or a piece that is not whole
+ * rows at row boundaries (a transfer cut at the reply limit), or a row
+ * number beyond 32 bits. Sets each piece's row and nrows. */
+static size_t compact_words(const struct dds_fabric *F, size_t first, size_t npieces, piece *pc)
 {
     if (F->is_reader)
         return 0;
     size_t words = 0;
     uint64_t unit = 0, recip = 0;
-    for (size_t i = q->first; i < q->first + q->npieces; i++) {
-        if (i == q->first || pc[i].var != pc[i - 1].var) {
+    for (size_t i = first; i < first + npieces; i++) {
+        if (i == first || pc[i].var != pc[i - 1].var) {
             unit = (uint64_t)pc[i].var->row_bytes;
             if (unit == 0 || unit > UINT32_MAX)
                 return 0;
@@ -196,18 +201,35 @@ static size_t compact_words(const struct dds_fabric *F, const greq *q, piece *pc
             return 0;
         pc[i].row = (uint32_t)row;
         pc[i].nrows = (uint32_t)n;
-        if (i == q->first || pc[i].var != pc[i - 1].var)
+        if (i == first || pc[i].var != pc[i - 1].var)
             words += 3;
         words += (size_t)n;
     }
     return words;
 }
 
-/* Write request `q`'s entries: version 3 words when `words`, else
+/* Write request `q`'s entries: version 4 words when q->node_words (a run
+ * per variable and owner), version 3 words when `words`, else
  * dds_gather_ent with a variable switch ahead of each run of another
  * variable's pieces (requests of one variable carry none). */
-static void fill_entries(char *at, const greq *q, const piece *pc, size_t words)
+static void fill_entries(char *at, const greq *q, const piece *pc, const int *owner, size_t words)
 {
+    if (q->node_words) {
+        uint32_t *w = (uint32_t *)at, *count = NULL;
+        for (size_t i = q->first; i < q->first + q->npieces; i++) {
+            if (i == q->first || pc[i].var != pc[i - 1].var || owner[i] != owner[i - 1]) {
+                *w++ = pc[i].var->fab->index;
+                *w++ = (uint32_t)pc[i].var->row_bytes;
+                *w++ = (uint32_t)owner[i];
+                count = w++;
+                *count = 0;
+            }
+            for (uint32_t r = 0; r < pc[i].nrows; r++)
+                *w++ = pc[i].row + r;
+            *count += pc[i].nrows;
+        }
+        return;
+    }
     if (words) {
         uint32_t *w = (uint32_t *)at, *count = NULL;
         for (size_t i = q->first; i < q->first + q->npieces; i++) {
@@ -233,18 +255,21 @@ static void fill_entries(char *at, const greq *q, const piece *pc, size_t words)
 }
 
 /* Build and post request `q` (its receive, then its send). */
-static int post_req(struct dds_fabric *F, greq *q, piece *pc, char *bounce, gcall *call, gwait *w,
-                    greq **reqs, size_t lo, size_t hi)
+static int post_req(struct dds_fabric *F, greq *q, piece *pc, const int *owner, char *bounce, gcall *call,
+                    gwait *w, greq **reqs, size_t lo, size_t hi)
 {
     size_t apad = (F->my_alen + 7) & ~(size_t)7;
-    size_t nswitch = 0;
-    for (size_t i = q->first + 1; i < q->first + q->npieces; i++)
-        nswitch += pc[i].var != pc[i - 1].var;
-    size_t nent = q->npieces + nswitch, words = compact_words(F, q, pc);
-    /* Runs of many rows: the (offset, length) form is shorter. */
-    if (words * sizeof(uint32_t) >= nent * sizeof(dds_gather_ent) || words > DDS_GATHER_MAX_WORDS ||
-        sizeof(dds_gather_req) + apad + words * sizeof(uint32_t) > DDS_GATHER_REQ_BYTES)
-        words = 0;
+    size_t nswitch = 0, nent = 0, words = q->node_words;
+    if (!words) {
+        for (size_t i = q->first + 1; i < q->first + q->npieces; i++)
+            nswitch += pc[i].var != pc[i - 1].var;
+        nent = q->npieces + nswitch;
+        words = compact_words(F, q->first, q->npieces, pc);
+        /* Runs of many rows: the (offset, length) form is shorter. */
+        if (words * sizeof(uint32_t) >= nent * sizeof(dds_gather_ent) || words > DDS_GATHER_MAX_WORDS ||
+            sizeof(dds_gather_req) + apad + words * sizeof(uint32_t) > DDS_GATHER_REQ_BYTES)
+            words = 0;
+    }
     q->msglen = sizeof(dds_gather_req) + apad + (words ? words * sizeof(uint32_t) : nent * sizeof(dds_gather_ent));
     q->msg = calloc(1, q->msglen);
     bool direct = q->npieces == 1 && !F->local_mr;
@@ -258,9 +283,10 @@ static int post_req(struct dds_fabric *F, greq *q, piece *pc, char *bounce, gcal
         return dds_err(DDS_ENOMEM, "out of memory for a gather request of %llu bytes",
                        (unsigned long long)q->bytes);
     dds_gather_req h = { .magic = DDS_GATHER_MAGIC,
-                         .version = words    ? DDS_GATHER_VERSION_ROWS
-                                    : nswitch ? DDS_GATHER_VERSION
-                                              : DDS_GATHER_VERSION_ONE_VAR,
+                         .version = q->node_words ? DDS_GATHER_VERSION_NODE_ROWS
+                                    : words       ? DDS_GATHER_VERSION_ROWS
+                                    : nswitch     ? DDS_GATHER_VERSION
+                                                  : DDS_GATHER_VERSION_ONE_VAR,
                          .alen = (uint16_t)F->my_alen,
                          .var_index = pc[q->first].var->fab->index,
                          .nent = (uint32_t)(words ? words : nent),
@@ -268,7 +294,7 @@ static int post_req(struct dds_fabric *F, greq *q, piece *pc, char *bounce, gcal
                          .reply_bytes = q->bytes };
     memcpy(q->msg, &h, sizeof h);
     memcpy(q->msg + sizeof h, F->my_addr, F->my_alen);
-    fill_entries(q->msg + sizeof h + apad, q, pc, words);
+    fill_entries(q->msg + sizeof h + apad, q, pc, owner, words);
     int rc;
     if (F->local_mr) {
         if ((rc = dds_fab_reg_mr(F, q->bounce, (size_t)q->bytes, FI_RECV, F->ep, &q->bmr)) ||
@@ -341,6 +367,86 @@ static int finish_req(dds_store *s, greq *q, const piece *pc)
     return DDS_OK;
 }
 
+/* Whether the pieces go by node (version 4: one request per node to the
+ * rank F->node_server names, which serves the node's shards from shared
+ * memory): a core rank's read of variables that every rank of the group
+ * maps node-wide, in whole rows that version 4 can name (row numbers in 32
+ * bits, a piece within a request's words). Then *target gets each piece's
+ * serving rank, and the pieces and their owners are placed by it (stable:
+ * each owner's pieces keep their order); the pieces of a node asked for
+ * more than DDS_GATHER_NODE_MAX_BYTES get -1 - owner instead: a request per owner, as
+ * without. False on any doubt or want of memory: every request then goes
+ * to its owner. */
+static bool plan_by_node(dds_store *s, dds_var *const *vars, size_t nvars, piece **pc, int **owner, size_t npc,
+                         int **target)
+{
+    struct dds_fabric *F = s->fab;
+    *target = NULL;
+    if (!F->node_server || F->is_reader || npc == 0)
+        return false;
+    for (size_t j = 0; j < nvars; j++)
+        if (!vars[j]->fab || !vars[j]->fab->node_shared)
+            return false;
+    if (!compact_words(F, 0, npc, *pc))
+        return false;
+    int *t = malloc(npc * sizeof *t);
+    if (!t)
+        return false;
+    bool sorted = true;
+    for (size_t i = 0; i < npc; i++) {
+        if ((*pc)[i].nrows > DDS_GATHER_MAX_WORDS - 4) {
+            free(t);
+            return false;
+        }
+        t[i] = F->node_server[(*owner)[i]];
+        sorted = sorted && (i == 0 || t[i] >= t[i - 1]);
+    }
+    if (!sorted) {
+        /* Ranks of a node need not be consecutive (round-robin placement):
+         * a counting sort by serving rank. */
+        size_t n = (size_t)s->group_size;
+        size_t *at = calloc(n + 1, sizeof *at);
+        piece *pc2 = malloc(npc * sizeof *pc2);
+        int *own2 = malloc(npc * sizeof *own2), *t2 = malloc(npc * sizeof *t2);
+        if (!at || !pc2 || !own2 || !t2) {
+            free(at);
+            free(pc2);
+            free(own2);
+            free(t2);
+            free(t);
+            return false;
+        }
+        for (size_t i = 0; i < npc; i++)
+            at[t[i] + 1]++;
+        for (size_t g = 0; g < n; g++)
+            at[g + 1] += at[g];
+        for (size_t i = 0; i < npc; i++) {
+            size_t d = at[t[i]]++;
+            pc2[d] = (*pc)[i];
+            own2[d] = (*owner)[i];
+            t2[d] = t[i];
+        }
+        free(at);
+        free(t);
+        free(*pc);
+        free(*owner);
+        *pc = pc2;
+        *owner = own2;
+        t = t2;
+    }
+    /* Nodes asked for too much: back to a request per owner. */
+    for (size_t i = 0, j; i < npc; i = j) {
+        uint64_t b = 0;
+        for (j = i; j < npc && t[j] == t[i]; j++)
+            b += (*pc)[j].len;
+        if (b > DDS_GATHER_NODE_MAX_BYTES)
+            for (size_t m = i; m < j; m++)
+                t[m] = -1 - (*owner)[m];
+    }
+    *target = t;
+    return true;
+}
+
 int dds_fab_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops)
 {
     return dds_fab_gather_vars(s, &v, &ops, &nops, 1);
@@ -401,19 +507,35 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
      * piece): the loops below run over the pieces built (none: no request,
      * and the common exit frees everything). */
     npc = k;
+    int *target = NULL;
+    uint32_t *node_words = NULL; /* per request, where by node */
+    if (plan_by_node(s, vars, nvars, &pc, &owner, npc, &target) && !(node_words = calloc(npc, sizeof *node_words))) {
+        free(target);
+        target = NULL;
+    }
+    /* Requests: runs of one serving rank (the owner, or its node's server),
+     * cut where the entries or words, or the reply, would not fit. */
+    const int *key = target ? target : owner;
     uint64_t bytes = 0;
     size_t nent = 0;
     for (size_t i = 0; i < npc; i++) {
-        size_t add = 1 + (i > 0 && pc[i].var != pc[i - 1].var);
-        if (i == 0 || owner[i] != owner[i - 1] || nent + add > DDS_GATHER_MAX_ENTRIES || bytes + pc[i].len > maxr) {
+        bool node = target && target[i] >= 0; /* entries are words then */
+        bool run = i > 0 && pc[i].var == pc[i - 1].var && owner[i] == owner[i - 1];
+        size_t add = node ? (size_t)pc[i].nrows + (run ? 0u : 4u) : 1u + (i > 0 && pc[i].var != pc[i - 1].var);
+        size_t most = node ? DDS_GATHER_MAX_WORDS : DDS_GATHER_MAX_ENTRIES;
+        if (i == 0 || key[i] != key[i - 1] || nent + add > most || bytes + pc[i].len > maxr) {
+            if (i > 0 && target && target[i - 1] >= 0)
+                node_words[nreq - 1] = (uint32_t)nent;
             starts[nreq++] = i;
             bytes = 0;
             nent = 0;
-            add = 1;
+            add = node ? (size_t)pc[i].nrows + 4u : 1u;
         }
         bytes += pc[i].len;
         nent += add;
     }
+    if (nreq && target && target[npc - 1] >= 0)
+        node_words[nreq - 1] = (uint32_t)nent;
     starts[nreq] = npc;
     /* Bounce bytes of the whole call: from the thread's scratch when they
      * fit in WINDOW_BYTES (kept between calls: a fresh malloc of a large
@@ -449,7 +571,8 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
             q->rc.complete = reply_done;
             q->sc.complete = send_done;
             q->call = call;
-            q->owner = owner[starts[next]];
+            /* Where the request goes: its node's serving rank, or the owner. */
+            q->owner = target && target[starts[next]] >= 0 ? target[starts[next]] : owner[starts[next]];
             q->first = starts[next];
             q->npieces = starts[next + 1] - starts[next];
             q->bytes = b;
@@ -460,7 +583,8 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
                 bounce = scratch_buf + scratch_used;
                 scratch_used += b;
             }
-            int prc = post_req(F, q, pc, bounce, call, &w, reqs, lo, next);
+            q->node_words = node_words ? node_words[next] : 0;
+            int prc = post_req(F, q, pc, owner, bounce, call, &w, reqs, lo, next);
             next++;
             if (atomic_load(&q->left) > 0 || prc == DDS_OK)
                 atomic_fetch_add(&s->st_gather_requests, 1);
@@ -515,12 +639,16 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
                 fi_cancel(&F->ep->fid, &reqs[i]->rc.ctx);
         free(starts);
         free(owner);
+        free(target);
+        free(node_words);
         free(pc);
         free(reqs);
         return err;
     }
     free(starts);
     free(owner);
+    free(target);
+    free(node_words);
     free(pc);
     free(reqs);
     free(call);

@@ -5,7 +5,8 @@
  * SRV_NBUF receive buffers of DDS_GATHER_REQ_BYTES stay posted on the
  * target endpoint (tag DDS_GATHER_REQ_TAG). For each request the thread
  * checks every field, copies the asked byte ranges (versions 1/2) or rows
- * (version 3) of the variable's shard
+ * (versions 3 and 4) of the variable's shard
+ * (version 4: of the shards this rank maps, its own and its node peers')
  * into one reply buffer (memcpy; the variable is found by its index in
  * `vars`, under `lock`, so that dds_fab_serve_remove waits for a copy under
  * way), sends it in one tagged message to the reader's initiator endpoint
@@ -63,6 +64,11 @@ typedef struct srv_var {
     uint32_t index;
     const char *base;
     uint64_t bytes;
+    /* By group rank: the shards this rank maps (its own, node peers' in
+     * shared memory; NULL: not mapped), for version-4 requests. */
+    const char **peer_base;
+    uint64_t *peer_bytes;
+    int npeers;
 } srv_var;
 
 typedef struct srv_peer {
@@ -84,6 +90,12 @@ struct fab_server {
     char *spare[SRV_NSPARE];
     size_t spare_cap[SRV_NSPARE];
 };
+
+static void var_free(srv_var *v)
+{
+    free(v->peer_base);
+    free(v->peer_bytes);
+}
 
 /* A reply buffer of at least n bytes (*cap: its size), or NULL. */
 static char *buf_get(struct fab_server *S, size_t n, size_t *cap)
@@ -221,6 +233,8 @@ void dds_fab_serve_free(struct dds_fabric *F)
     for (size_t i = 0; i < S->npeers; i++)
         free(S->peers[i].addr);
     free(S->peers);
+    for (size_t i = 0; i < S->nvars; i++)
+        var_free(&S->vars[i]);
     free(S->vars);
     pthread_mutex_destroy(&S->lock);
     free(S);
@@ -229,9 +243,24 @@ void dds_fab_serve_free(struct dds_fabric *F)
 
 /* ---- variables -------------------------------------------------------------------- */
 
-int dds_fab_serve_add(struct dds_fabric *F, uint32_t index, const char *base, uint64_t bytes)
+int dds_fab_serve_add(struct dds_fabric *F, uint32_t index, const char *base, uint64_t bytes,
+                      char *const *peer_base, const uint64_t *peer_bytes, int n)
 {
     struct fab_server *S = F->srv;
+    srv_var add = { .index = index, .base = base, .bytes = bytes };
+    if (peer_base && n > 0) {
+        add.peer_base = malloc((size_t)n * sizeof *add.peer_base);
+        add.peer_bytes = malloc((size_t)n * sizeof *add.peer_bytes);
+        if (!add.peer_base || !add.peer_bytes) {
+            var_free(&add);
+            return dds_err(DDS_ENOMEM, "out of memory serving a variable");
+        }
+        for (int g = 0; g < n; g++) {
+            add.peer_base[g] = peer_base[g];
+            add.peer_bytes[g] = peer_base[g] ? peer_bytes[g] : 0;
+        }
+        add.npeers = n;
+    }
     int rc = DDS_OK;
     pthread_mutex_lock(&S->lock);
     if (S->nvars == S->vars_cap) {
@@ -245,8 +274,10 @@ int dds_fab_serve_add(struct dds_fabric *F, uint32_t index, const char *base, ui
         }
     }
     if (rc == DDS_OK)
-        S->vars[S->nvars++] = (srv_var){ .index = index, .base = base, .bytes = bytes };
+        S->vars[S->nvars++] = add;
     pthread_mutex_unlock(&S->lock);
+    if (rc)
+        var_free(&add);
     return rc;
 }
 
@@ -256,6 +287,7 @@ void dds_fab_serve_remove(struct dds_fabric *F, uint32_t index)
     pthread_mutex_lock(&S->lock);
     for (size_t i = 0; i < S->nvars; i++) {
         if (S->vars[i].index == index) {
+            var_free(&S->vars[i]);
             S->vars[i] = S->vars[--S->nvars];
             break;
         }
@@ -480,28 +512,39 @@ static const char *gather_entries(const struct fab_server *S, const dds_gather_r
     return NULL;
 }
 
-/* Copy version 3 runs (variable, row bytes, count, rows) into `out`; NULL
- * or what was wrong. Under S->lock. */
+/* Copy version 3 runs (variable, row bytes, count, rows) or version 4
+ * runs (variable, row bytes, owner, count, rows: from that owner's shard,
+ * this rank's or a node peer's) into `out`; NULL or what was wrong. Under
+ * S->lock. */
 static const char *gather_rows(const struct fab_server *S, const dds_gather_req *h, const char *words,
                                char *out, uint64_t *done, uint32_t *var_index)
 {
     const uint32_t *w = (const uint32_t *)words, *end = w + h->nent;
+    const ptrdiff_t head = h->version == DDS_GATHER_VERSION_NODE_ROWS ? 4 : 3;
     while (w < end) {
-        if (end - w < 3)
+        if (end - w < head)
             return "a truncated run of rows";
         *var_index = w[0];
-        uint64_t unit = w[1], count = w[2];
-        w += 3;
+        uint64_t unit = w[1], count = w[head - 1];
         const srv_var *v = served_var(S, *var_index);
         if (!v)
             return "the variable is not served (freed, or not yet added)";
+        const char *base = v->base;
+        uint64_t bytes = v->bytes;
+        if (head == 4) {
+            if (w[2] >= (uint32_t)v->npeers || !v->peer_base[w[2]])
+                return "rows of a rank whose shard this rank does not map (not a node peer)";
+            base = v->peer_base[w[2]];
+            bytes = v->peer_bytes[w[2]];
+        }
+        w += head;
         if (unit == 0 || count > (uint64_t)(end - w) || count * unit > h->reply_bytes - *done)
             return "a run of rows longer than the request or the reply";
         for (uint64_t i = 0; i < count; i++) {
             uint64_t off = (uint64_t)w[i] * unit;
-            if (off > v->bytes || unit > v->bytes - off)
+            if (off > bytes || unit > bytes - off)
                 return "bytes outside the shard or beyond the reply";
-            memcpy(out + *done, v->base + off, (size_t)unit);
+            memcpy(out + *done, base + off, (size_t)unit);
             *done += unit;
         }
         w += count;
@@ -519,7 +562,7 @@ static void serve(struct dds_fabric *F, const char *data, size_t len)
     }
     memcpy(&h, data, sizeof h);
     size_t apad = ((size_t)h.alen + 7) & ~(size_t)7;
-    bool rows = h.version == DDS_GATHER_VERSION_ROWS;
+    bool rows = h.version == DDS_GATHER_VERSION_ROWS || h.version == DDS_GATHER_VERSION_NODE_ROWS;
     if (h.magic != DDS_GATHER_MAGIC ||
         (h.version != DDS_GATHER_VERSION && h.version != DDS_GATHER_VERSION_ONE_VAR && !rows) || h.alen == 0 ||
         h.alen > DDS_HS_MAX_ADDR || sizeof h + apad > len) {

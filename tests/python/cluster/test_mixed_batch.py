@@ -117,6 +117,26 @@ def test_mixed_get_batch_bit_exact(store, name, dtype, shape):
         assert out.tobytes() == want.tobytes(), f"rank {RANK}: {name} batch {batch.tolist()}"
 
 
+def test_gather_requests_by_node(store):
+    """Methods 1 and 2 with node shared memory: a batch of other hosts' rows
+    sends one gather request per host it touches (a rank of that host
+    serves its node peers' rows), whatever the ranks' placement."""
+    info = store.info()
+    if METHOD not in (1, 2) or "by node" not in info["read_protocol"]:
+        pytest.skip(f"no requests by node here: {info['read_protocol']}")
+    _, _, remote = classes()
+    if not remote:
+        pytest.skip("no rows on other hosts")
+    name, dtype, shape = VARIABLES[1]
+    batch = np.concatenate([owner_rows(r) for r in remote])[::-1].copy()
+    out = np.empty((len(batch),) + shape, dtype=dtype)
+    before = store.stats()["gather_requests"]
+    store.get_batch(name, out, batch)
+    assert out.tobytes() == values(batch, dtype, shape, 1).tobytes()
+    hosts = {HOSTS[r] for r in remote}
+    assert store.stats()["gather_requests"] - before == len(hosts), (remote, sorted(hosts))
+
+
 def test_mixed_get_ranges_and_get(store):
     """The other read calls over the same mix: one range per owner plus a
     range that straddles several owners (and so several hosts)."""
