@@ -447,10 +447,10 @@ DDS_API int dds_get(dds_store *store, const char *name, void *out,
  * for method 0 inside the collective read, after its agreement step, by
  * every rank of the group, also one in dds_free() that meets the read, in
  * rounds of at most DDSTORE_GATHER_ROUND_BYTES of rows per rank), or by
- * one-sided reads, one operation per contiguous run of rows. Methods 1
- * and 2 send one request per node instead of per owner where every rank
- * maps its node peers' shards (node shared memory): a rank of that node
- * serves the whole node's rows, up to 128 KiB of a node per read
+ * one-sided reads, one operation per contiguous run of rows. Gather
+ * sends one request per node instead of per owner where every rank maps
+ * its node peers' shards (node shared memory): a rank of that node serves
+ * the whole node's rows, up to 128 KiB of a node per read or round
  * (DDSTORE_GATHER_BY_NODE=0: per owner always). With
  * DDSTORE_GATHER unset or "auto" (the default), a store gathers rows
  * smaller than DDSTORE_GATHER_SWITCH_BYTES and reads larger ones

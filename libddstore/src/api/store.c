@@ -143,6 +143,54 @@ static int map_node_ranks(dds_store *s)
     return DDS_OK;
 }
 
+/* s->node_server: for each group rank, the rank of its node that serves
+ * this rank's gather requests by node (node shared memory holds the
+ * node's shards, so any of its ranks can). Readers are spread over a
+ * node's ranks by their own number, so that no rank serves the whole job.
+ * Nodes are named by their lowest group rank, gathered over the group
+ * (collective; after map_node_ranks). */
+static int map_node_servers(dds_store *s)
+{
+    int n = s->group_size, lead = s->group_rank;
+    for (int g = 0; g < n; g++)
+        if (s->node_rank_of[g] >= 0 && g < lead)
+            lead = g;
+    int *leads = malloc((size_t)n * sizeof *leads), *members = malloc((size_t)n * sizeof *members);
+    int *start = calloc((size_t)n + 1, sizeof *start);
+    s->node_server = malloc((size_t)n * sizeof *s->node_server);
+    int rc = leads && members && start && s->node_server ? DDS_OK
+                                                        : dds_err(DDS_ENOMEM, "out of memory for the node map");
+    rc = dds_agree(s->group, rc);
+    if (rc == DDS_OK) {
+        int mrc = MPI_Allgather(&lead, 1, MPI_INT, leads, 1, MPI_INT, s->group);
+        rc = dds_agree(s->group, mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Allgather (node map)"));
+    }
+    if (rc == DDS_OK) {
+        /* Each node's ranks in order (a counting sort by lead), then this
+         * rank's pick among them. */
+        for (int g = 0; g < n; g++)
+            start[leads[g] + 1]++;
+        for (int g = 0; g < n; g++)
+            start[g + 1] += start[g];
+        int *fill = s->node_server; /* borrowed as the fill positions */
+        memcpy(fill, start, (size_t)n * sizeof *fill);
+        for (int g = 0; g < n; g++)
+            members[fill[leads[g]]++] = g;
+        for (int g = 0; g < n; g++) {
+            int k = start[leads[g] + 1] - start[leads[g]];
+            s->node_server[g] = members[start[leads[g]] + s->group_rank % k];
+        }
+    }
+    free(leads);
+    free(members);
+    free(start);
+    if (rc) {
+        free(s->node_server);
+        s->node_server = NULL;
+    }
+    return rc;
+}
+
 static void store_release_comms(dds_store *s)
 {
     int finalized = 0;
@@ -276,6 +324,8 @@ static int create_store(dds_store **out, int comm_f, const dds_options *opts, bo
     if (rc == DDS_OK)
         rc = map_node_ranks(s);
     rc = dds_agree(s->comm, rc);
+    if (rc == DDS_OK)
+        rc = map_node_servers(s);
     if (rc)
         goto fail;
 

@@ -60,6 +60,7 @@ static int parse_settings(dds_store *s)
         else
             return dds_err(DDS_EINVAL, "DDSTORE_GATHER='%s' is not one of auto, always, never", env);
     }
+    s->gather_by_node = dds_env_flag("DDSTORE_GATHER_BY_NODE", true);
     s->gather_round_bytes = DEFAULT_ROUND_BYTES;
     env = dds_env("DDSTORE_GATHER_ROUND_BYTES");
     if (env) {
@@ -153,13 +154,18 @@ static void describe_protocol(const dds_store *s, char *buf, size_t cap)
 void dds_gather_describe(const dds_store *s, char *buf, size_t cap)
 {
     describe_protocol(s, buf, cap);
-    uint64_t node = s->tp->gather_node_bytes && dds_gather_possible(s) ? s->tp->gather_node_bytes(s) : 0;
+    uint64_t node = dds_gather_possible(s) && dds_node_servers(s) ? DDS_GATHER_NODE_MAX_BYTES : 0;
     size_t len = strlen(buf);
     if (node && !(s->node_local && s->shm_enabled) && len < cap)
         snprintf(buf + len, cap - len, "; gather requests by node: one per node a batch touches, served from "
                                        "node shared memory, up to %llu KiB a node (more: one per owner; "
                                        "DDSTORE_GATHER_BY_NODE=0: always one per owner)",
                  (unsigned long long)(node >> 10));
+}
+
+const int *dds_node_servers(const dds_store *s)
+{
+    return s->gather_by_node && s->shm_enabled && !s->is_reader ? s->node_server : NULL;
 }
 
 bool dds_gather_possible(const dds_store *s)

@@ -44,6 +44,7 @@ typedef struct dds_var {
     int64_t *offsets;       /* group_size + 1 entries: first global row of each shard */
     char *base;             /* this rank's shard (never NULL: at least 1 byte is allocated) */
     char **peer_base;       /* group_size entries: direct pointer to a shard on this node, else NULL */
+    bool node_shared;       /* every rank of the group maps its node peers' shards (dds_var_node_shared) */
     /* method 0 */
     MPI_Win shm_win;        /* shared-memory window over the node communicator, or MPI_WIN_NULL */
     MPI_Win win;            /* RMA window over the group, or MPI_WIN_NULL when not needed */
@@ -128,7 +129,7 @@ typedef struct dds_transport {
      * own (method 0: MPI chooses). Local. */
     void (*describe_domain)(const dds_store *s, bool why, char *buf, size_t cap);
     /* Owner-side gather (gather.c chooses when): for each owner in ops
-     * (grouped by owner, as for read; or for each node, gather_node_bytes),
+     * (grouped by owner, as for read; or for each node, dds_node_servers),
      * one request carrying the transfers
      * and one reply with their bytes packed, scattered into the ops' dst;
      * data complete on return; adds to s->st_gather_requests (requests
@@ -149,11 +150,6 @@ typedef struct dds_transport {
      * reply through both CPUs per operation), so that gather is better at
      * every row size. NULL: false. Local. */
     bool (*rma_emulated)(const dds_store *s);
-    /* Bytes of a node's rows up to which gather sends one request per
-     * node (a rank of that node serves its node peers' rows from node
-     * shared memory) instead of one per owner; 0: per owner. NULL: 0.
-     * Local. */
-    uint64_t (*gather_node_bytes)(const dds_store *s);
 } dds_transport;
 
 DDS_HIDDEN extern const dds_transport dds_transport_rma;
@@ -198,6 +194,10 @@ struct dds_store {
     _Atomic uint64_t st_gather_requests, st_gather_bytes;
 
     int gather_mode;             /* enum dds_gather_mode (gather.c) */
+    bool gather_by_node;         /* DDSTORE_GATHER_BY_NODE (gather.c; local) */
+    /* Group rank -> the rank of that rank's node which serves this rank's
+     * gather requests for the whole node (store.c); NULL: none. */
+    int *node_server;
     int64_t gather_switch_bytes; /* DDSTORE_GATHER_SWITCH_BYTES, -1: the transport's default (gather.c) */
     int64_t gather_round_bytes;  /* collective gather: reply bytes per rank per round (gather.c) */
     /* Collective gather (method 0): the rounds of exchange the current
@@ -338,6 +338,19 @@ DDS_HIDDEN void dds_gather_describe(const dds_store *s, char *buf, size_t cap);
  * not DDSTORE_GATHER=never): collective reads then agree on the exchange
  * in their step, before it (read.c). */
 DDS_HIDDEN bool dds_gather_possible(const dds_store *s);
+/* Reply bytes of one node's rows in one read up to which gather sends one
+ * request to the node (a rank of that node serves its node peers' rows
+ * from node shared memory) rather than one per owner. Above it one reply
+ * streams over one connection where one per owner stream side by side:
+ * B5's layers (bench/b5_layers.py, method 1 over tcp, 2 hosts x 2 ranks,
+ * 256 rows per batch) read 1.26x the request/reply floor by node at 512 B
+ * rows (128 KiB a node) against 0.99x by owner, but 0.89x against 1.01x
+ * at 1 KiB and 0.34x against 0.91x at 4 KiB. */
+#define DDS_GATHER_NODE_MAX_BYTES ((uint64_t)128 << 10)
+/* The node servers (dds_store.node_server) where gather requests may go by
+ * node: a core store with node shared memory and DDSTORE_GATHER_BY_NODE
+ * on; else NULL. A read's variables must also be node_shared. */
+DDS_HIDDEN const int *dds_node_servers(const dds_store *s);
 /* Rounds of a collective gather (the transport's gather_vars and read.c
  * count them alike): the transfers of nvars lists (ops[v][0..nops[v]), each
  * grouped by owner, none longer than dds_gather_round_cap(s) bytes) are
@@ -363,6 +376,11 @@ DDS_HIDDEN int64_t dds_gather_round_cap(const dds_store *s);
  * enabled) and let the transport map it for the group (s->tp->map_shard).
  * Collective over the group; the caller agrees on the result. */
 DDS_HIDDEN int dds_shard_alloc(dds_store *s, dds_var *v);
+/* Set v->node_shared: whether every rank of the group maps the shards of
+ * all its node peers (empty ones aside), so that any rank of a node can
+ * serve the node's rows. Collective over the group (the transport's
+ * per-variable setup calls it); agreed. */
+DDS_HIDDEN int dds_var_node_shared(dds_store *s, dds_var *v);
 /* Release what dds_shard_alloc() made. Collective over the group. */
 DDS_HIDDEN void dds_shard_release(dds_store *s, dds_var *v);
 /* Make local writes to v visible: MPI_Win_sync on its windows, the shared-

@@ -89,6 +89,7 @@ void dds_store_destroy(dds_store *s)
 {
     s->magic = 0;
     free(s->node_rank_of);
+    free(s->node_server);
     free(s->fabric_name);
     free(s->nic_map);
     free(s->handshake_dir);

@@ -213,6 +213,16 @@ int dds_shard_alloc(dds_store *s, dds_var *v)
     return map_for_transport(s, v);
 }
 
+int dds_var_node_shared(dds_store *s, dds_var *v)
+{
+    int mine = s->node_rank_of && v->peer_base, all = 0;
+    for (int g = 0; mine && g < s->group_size; g++)
+        mine = s->node_rank_of[g] < 0 || v->peer_base[g] || v->offsets[g + 1] == v->offsets[g];
+    int mrc = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, s->group);
+    v->node_shared = mrc == MPI_SUCCESS && all;
+    return dds_agree(s->group, mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Allreduce (node shards)"));
+}
+
 void dds_shard_release(dds_store *s, dds_var *v)
 {
     /* free() writes into freed memory; MPI may reuse a shared segment. */

@@ -627,7 +627,6 @@ void dds_fab_free(struct dds_fabric *F)
             close(fds[i]);
     free(F->pubdir);
     free(F->peer);
-    free(F->node_server);
     pthread_mutex_destroy(&F->cq_lock);
     pthread_mutex_destroy(&F->read_lock);
     pthread_mutex_destroy(&F->attach_lock);
@@ -651,49 +650,6 @@ int dds_fab_insert_peers(struct dds_fabric *F, int n, uint8_t *const *addr)
 }
 
 /* ---- core stores: open / expose / release / close ------------------------------------ */
-
-/* F->node_server: for each group rank, the rank of its node that serves
- * this rank's version-4 requests (node shared memory holds the node's
- * shards, so any of its ranks can). Readers are spread over a node's
- * ranks by their own number, so that no rank serves the whole job. Nodes
- * are named by their lowest group rank, gathered over the group
- * (collective). DDSTORE_GATHER_BY_NODE=0, or a node communicator missing:
- * none (a request per owner). */
-static int map_node_servers(dds_store *s, struct dds_fabric *F)
-{
-    if (!dds_env_flag("DDSTORE_GATHER_BY_NODE", true) || s->node == MPI_COMM_NULL || !s->node_rank_of)
-        return DDS_OK;
-    int n = s->group_size, lead = s->group_rank;
-    for (int g = 0; g < n; g++)
-        if (s->node_rank_of[g] >= 0 && g < lead)
-            lead = g;
-    int *leads = malloc((size_t)n * sizeof *leads), *members = malloc((size_t)n * sizeof *members);
-    F->node_server = malloc((size_t)n * sizeof *F->node_server);
-    int rc = leads && members && F->node_server ? DDS_OK : dds_err(DDS_ENOMEM, "out of memory for the node map");
-    rc = dds_agree(s->group, rc);
-    if (rc == DDS_OK) {
-        int mrc = MPI_Allgather(&lead, 1, MPI_INT, leads, 1, MPI_INT, s->group);
-        rc = dds_agree(s->group, mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Allgather (node map)"));
-    }
-    for (int g = 0; rc == DDS_OK && g < n; g++) {
-        if (g > 0 && leads[g] == leads[g - 1]) {
-            F->node_server[g] = F->node_server[g - 1];
-            continue;
-        }
-        int k = 0;
-        for (int h = 0; h < n; h++)
-            if (leads[h] == leads[g])
-                members[k++] = h;
-        F->node_server[g] = members[s->group_rank % k];
-    }
-    free(leads);
-    free(members);
-    if (rc) {
-        free(F->node_server);
-        F->node_server = NULL;
-    }
-    return rc;
-}
 
 int dds_fab_open(dds_store *s)
 {
@@ -783,8 +739,6 @@ int dds_fab_open(dds_store *s)
             rc = dds_fab_insert_peers(F, n, addr);
         rc = dds_agree(s->group, rc);
     }
-    if (rc == DDS_OK && F->tagged)
-        rc = map_node_servers(s, F);
     if (rc == DDS_OK) {
         rc = start_progress(F);
         rc = dds_agree(s->group, rc);
@@ -869,7 +823,7 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
         return dds_agree(s->group, dds_err(DDS_ESTATE, "libfabric transport is not open"));
     int n = s->group_size;
     struct dds_fabric_var *FV = calloc(1, sizeof *FV);
-    uint64_t *mine_all = calloc((size_t)n * 5, sizeof *mine_all);
+    uint64_t *mine_all = calloc((size_t)n * 4, sizeof *mine_all);
     uint64_t *peer_bytes = calloc((size_t)n, sizeof *peer_bytes);
     int rc = DDS_OK;
     if (FV) {
@@ -888,34 +842,29 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
         rc = dds_fab_reg_mr(F, v->base, bytes, FI_REMOTE_READ, F->t_ep, &FV->mr);
     rc = dds_agree(s->group, rc);
     if (rc == DDS_OK) {
-        /* Whether this rank maps every node peer's shard: where all do, a
-         * node's rank serves the rows of the whole node (version 4). */
-        bool maps_node = s->node_rank_of && v->peer_base;
-        for (int g = 0; maps_node && g < n; g++)
-            maps_node = s->node_rank_of[g] < 0 || v->peer_base[g] || v->offsets[g + 1] == v->offsets[g];
-        uint64_t mine[5] = { (F->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)v->base : 0,
-                             fi_mr_key(FV->mr), (uint64_t)bytes, (uint64_t)v->local_rows, maps_node };
-        int mrc = MPI_Allgather(mine, 5, MPI_UINT64_T, mine_all, 5, MPI_UINT64_T, s->group);
+        uint64_t mine[4] = { (F->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)v->base : 0,
+                             fi_mr_key(FV->mr), (uint64_t)bytes, (uint64_t)v->local_rows };
+        int mrc = MPI_Allgather(mine, 4, MPI_UINT64_T, mine_all, 4, MPI_UINT64_T, s->group);
         rc = mrc == MPI_SUCCESS ? DDS_OK : dds_err_mpi(mrc, "MPI_Allgather (memory keys)");
-        FV->node_shared = rc == DDS_OK;
         for (int i = 0; rc == DDS_OK && i < n; i++) {
-            FV->raddr[i] = mine_all[5 * i];
-            FV->key[i] = mine_all[5 * i + 1];
-            FV->len[i] = mine_all[5 * i + 2];
-            peer_bytes[i] = mine_all[5 * i + 3] * (uint64_t)v->row_bytes;
-            FV->node_shared = FV->node_shared && mine_all[5 * i + 4];
+            FV->raddr[i] = mine_all[4 * i];
+            FV->key[i] = mine_all[4 * i + 1];
+            FV->len[i] = mine_all[4 * i + 2];
+            peer_bytes[i] = mine_all[4 * i + 3] * (uint64_t)v->row_bytes;
         }
         if (fi_mr_key(FV->mr) == FI_KEY_NOTAVAIL)
             rc = dds_err(DDS_ENOTSUP, "provider %s gives no usable memory key (FI_MR_RAW)", F->prov);
         rc = dds_agree(s->group, rc);
     }
+    if (rc == DDS_OK)
+        rc = dds_var_node_shared(s, v);
     if (rc == DDS_OK) {
         /* Every core rank exposes variables in the same order: the index
          * names the variable in gather requests, and method 2's files. */
         FV->index = F->next_var_index++;
         if (F->srv)
             rc = dds_fab_serve_add(F, FV->index, v->base, (uint64_t)(v->local_rows * v->row_bytes),
-                                   FV->node_shared ? v->peer_base : NULL, peer_bytes, n);
+                                   v->node_shared ? v->peer_base : NULL, peer_bytes, n);
         rc = dds_agree(s->group, rc);
     }
     if (rc == DDS_OK && s->method == DDS_METHOD_FILE) {
@@ -931,7 +880,7 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
             if (!hv.shards)
                 rc = dds_err(DDS_ENOMEM, "out of memory");
             for (int i = 0; rc == DDS_OK && i < n; i++) {
-                hv.shards[i].rows = (int64_t)mine_all[5 * i + 3];
+                hv.shards[i].rows = (int64_t)mine_all[4 * i + 3];
                 hv.shards[i].addr = FV->raddr[i];
                 hv.shards[i].key = FV->key[i];
                 hv.shards[i].len = FV->len[i];

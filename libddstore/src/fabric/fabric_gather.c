@@ -368,7 +368,7 @@ static int finish_req(dds_store *s, greq *q, const piece *pc)
 }
 
 /* Whether the pieces go by node (version 4: one request per node to the
- * rank F->node_server names, which serves the node's shards from shared
+ * rank dds_node_servers names, which serves the node's shards from shared
  * memory): a core rank's read of variables that every rank of the group
  * maps node-wide, in whole rows that version 4 can name (row numbers in 32
  * bits, a piece within a request's words). Then *target gets each piece's
@@ -381,11 +381,12 @@ static bool plan_by_node(dds_store *s, dds_var *const *vars, size_t nvars, piece
                          int **target)
 {
     struct dds_fabric *F = s->fab;
+    const int *server = dds_node_servers(s);
     *target = NULL;
-    if (!F->node_server || F->is_reader || npc == 0)
+    if (!server || F->is_reader || npc == 0)
         return false;
     for (size_t j = 0; j < nvars; j++)
-        if (!vars[j]->fab || !vars[j]->fab->node_shared)
+        if (!vars[j]->node_shared)
             return false;
     if (!compact_words(F, 0, npc, *pc))
         return false;
@@ -398,7 +399,7 @@ static bool plan_by_node(dds_store *s, dds_var *const *vars, size_t nvars, piece
             free(t);
             return false;
         }
-        t[i] = F->node_server[(*owner)[i]];
+        t[i] = server[(*owner)[i]];
         sorted = sorted && (i == 0 || t[i] >= t[i - 1]);
     }
     if (!sorted) {

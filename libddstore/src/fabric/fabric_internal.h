@@ -81,17 +81,9 @@ typedef struct fab_ctx {
  * in that owner's shard). A rank serves them from its own shard and from
  * its node peers' shards in node shared memory, so that a reader sends
  * one request per node a batch touches instead of one per owner (the
- * node's serving rank: dds_fabric.node_server). Sent by readers of the
+ * node's serving rank: dds_store.node_server). Sent by readers of the
  * owners' own job only, as version 3. */
 #define DDS_GATHER_VERSION_NODE_ROWS 4u
-/* Reply bytes of one node up to which its rows come in one request to the
- * node rather than one per owner. Above it one reply streams over one
- * connection where one per owner stream side by side: B5's layers
- * (bench/b5_layers.py, tcp, 2 hosts x 2 ranks, 256 rows per batch) read
- * 1.26x the request/reply floor by node at 512 B rows (128 KiB a node)
- * against 0.99x by owner, but 0.89x against 1.01x at 1 KiB and 0.34x
- * against 0.91x at 4 KiB. */
-#define DDS_GATHER_NODE_MAX_BYTES ((uint64_t)128 << 10)
 /* Bytes of one owner's receive buffer: the largest request. */
 #define DDS_GATHER_REQ_BYTES 65536u
 /* Transfers one request carries at most: header + largest address +
@@ -155,11 +147,6 @@ struct dds_fabric {
     size_t my_alen;
     _Atomic uint64_t next_tag;
     struct fab_server *srv; /* core stores: the serving side (fabric_serve.c) */
-    /* Core stores: group rank -> the rank of that rank's node which serves
-     * this rank's requests for the whole node (version 4), spread over the
-     * node's ranks by this rank's number; NULL where requests go to each
-     * owner (DDSTORE_GATHER_BY_NODE=0, readers). */
-    int *node_server;
     int inflight;      /* per read call */
     int iov;           /* transfers per read operation (fi_readmsg when > 1) */
     bool local_mr;     /* destinations must be registered (FI_MR_LOCAL, or forced) */
@@ -211,10 +198,6 @@ struct dds_fabric_var {
                           method 2, the publication index (var-<index>.dds): gather
                           requests name the variable by it */
     bool published;
-    /* Every core rank maps the shards of its node peers (node shared
-     * memory): a node's rank can serve the rows of the whole node. Agreed
-     * over the group when the variable is exposed. */
-    bool node_shared;
 };
 
 /* Method-2 runs published by this process. A reader in the same process

@@ -63,13 +63,6 @@ static bool fab_rma_emulated(const dds_store *s)
     return s->fab && s->fab->rma_emulated;
 }
 
-/* Requests by node where the variables' shards are in node shared memory
- * (fabric_gather.c decides per read; this is what store info reports). */
-static uint64_t fab_gather_node_bytes(const dds_store *s)
-{
-    return s->fab && s->fab->node_server && s->shm_enabled ? DDS_GATHER_NODE_MAX_BYTES : 0;
-}
-
 static void fab_describe(const dds_store *s, char *buf, size_t cap)
 {
     snprintf(buf, cap, "libfabric:%s", s->fab ? s->fab->prov : "?");
@@ -98,7 +91,6 @@ const dds_transport dds_transport_fabric = {
     .gather = fab_gather,
     .gather_vars = fab_gather_vars,
     .rma_emulated = fab_rma_emulated,
-    .gather_node_bytes = fab_gather_node_bytes,
 };
 
 const dds_transport dds_transport_fabric_onesided = {

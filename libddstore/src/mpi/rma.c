@@ -104,6 +104,9 @@ static void rma_close(dds_store *s)
  * not in this process's shared memory; kept in a passive-target epoch. */
 static int rma_map_shard(dds_store *s, dds_var *v)
 {
+    int rc = dds_var_node_shared(s, v); /* gather by node (rma_gather.c) */
+    if (rc)
+        return rc;
     bool need_rma = false;
     for (int g = 0; g < s->group_size; g++)
         if (!v->peer_base[g])
@@ -118,7 +121,7 @@ static int rma_map_shard(dds_store *s, dds_var *v)
     MPI_Aint skew = (MPI_Aint)((uintptr_t)v->base % DDS_WIN_ALIGN);
     free(v->win_skew);
     v->win_skew = malloc((size_t)s->group_size * sizeof *v->win_skew);
-    int rc = v->win_skew ? DDS_OK : dds_err(DDS_ENOMEM, "variable '%s': out of memory", v->name);
+    rc = v->win_skew ? DDS_OK : dds_err(DDS_ENOMEM, "variable '%s': out of memory", v->name);
     rc = dds_agree(s->group, rc);
     if (rc)
         return rc;

@@ -20,14 +20,22 @@
  * the exchange can match the store's own steps):
  *   1. MPI_Ialltoall of per-peer request headers: transfers asked of that
  *      owner;
- *   2. MPI_Ialltoallv of the transfers, (variable, byte offset in the
- *      owner's shard, length) triples, the variable by its index in the
- *      store's table (the same on every rank: variables are added
- *      collectively, in one order);
+ *   2. MPI_Ialltoallv of the transfers, (variable and owner, byte offset
+ *      in the owner's shard, length) triples, the variable by its index in
+ *      the store's table (the same on every rank: variables are added
+ *      collectively, in one order) in the low 32 bits of the first, the
+ *      owner's group rank in the high ones;
  *   3. each owner checks the transfers against its shard and copies them
  *      into one send buffer, an 8-byte status ahead of each reader's rows;
  *      MPI_Ialltoallv of the replies into the reader's bounce buffer, which
  *      is then scattered into the transfers' destinations.
+ * By node: where every rank maps its node peers' shards (node shared
+ * memory, dds_node_servers), the transfers of another node go to one rank
+ * of that node (dds_store.node_server), which copies them from its own
+ * and its peers' shards, up to DDS_GATHER_NODE_MAX_BYTES of a node per
+ * round; a node asked for more, and variables not node_shared, go to each
+ * owner. An all-to-all sends nothing between ranks with nothing to say, so
+ * with 8 ranks per node a reader exchanges with up to 8 times fewer peers.
  * A round carries at most DDSTORE_GATHER_ROUND_BYTES (16 MiB) of rows and
  * of requests per reader (dds_gather_round), so buffers stay bounded
  * however large the batch. Every wait is dds_wait_bounded: it sleeps
@@ -90,6 +98,7 @@ typedef struct dds_gx {
     int64_t *hdr_out, *hdr_in; /* n each: transfers asked of each owner this round */
     int *scount, *sdisp, *rcount, *rdisp, *pos; /* n each */
     int64_t *rbytes;           /* n: bytes of rows asked of each owner this round */
+    int64_t *node_bytes;       /* n: bytes of rows of each node this round, by its serving rank */
     unsigned char *counted;    /* n: owner already counted in st_gather_requests */
     int64_t *vidx;             /* the read's variables' indices in the store's table */
     size_t vidx_cap;
@@ -107,6 +116,7 @@ static void gx_free(struct dds_gx *g)
     free(g->hdr_out);
     free(g->scount);
     free(g->rbytes);
+    free(g->node_bytes);
     free(g->counted);
     free(g->vidx);
     free(g->triples_out);
@@ -170,7 +180,19 @@ static const dds_read_op *next_op(round_walk *w, size_t *var)
     return NULL;
 }
 
-/* The owner's half of step 3: rows asked by one peer, after its status. */
+/* Where a transfer goes: its node's serving rank (by node), or its owner. */
+static int dest_of(const gx *g, const int *server, dds_var *const *vars, size_t var, const dds_read_op *o)
+{
+    if (server && vars[var]->node_shared) {
+        int p = server[o->owner];
+        if ((uint64_t)g->node_bytes[p] <= DDS_GATHER_NODE_MAX_BYTES)
+            return p;
+    }
+    return o->owner;
+}
+
+/* The owner's half of step 3: rows asked by one peer, after its status,
+ * from its own shard or a node peer's. */
 static int64_t serve_peer(dds_store *s, const int64_t *triples, int64_t ntransfers, char *out)
 {
     int64_t status = DDS_OK;
@@ -178,14 +200,16 @@ static int64_t serve_peer(dds_store *s, const int64_t *triples, int64_t ntransfe
     int64_t total = 0;
     pthread_rwlock_rdlock(&s->vars_lock);
     for (int64_t k = 0; k < ntransfers; k++) {
-        int64_t vidx = triples[3 * k], off = triples[3 * k + 1], len = triples[3 * k + 2];
-        dds_var *v = vidx >= 0 && vidx < s->nvars ? s->vars[vidx] : NULL;
-        int64_t shard = v ? v->local_rows * v->row_bytes : 0;
-        if (!v || off < 0 || len < 0 || off > shard || len > shard - off) {
+        int64_t vidx = triples[3 * k] & 0xffffffff, off = triples[3 * k + 1], len = triples[3 * k + 2];
+        int64_t owner = (int64_t)((uint64_t)triples[3 * k] >> 32);
+        dds_var *v = vidx < s->nvars ? s->vars[vidx] : NULL;
+        const char *base = v && owner < s->group_size ? v->peer_base[owner] : NULL;
+        int64_t shard = base ? (v->offsets[owner + 1] - v->offsets[owner]) * v->row_bytes : 0;
+        if (!base || off < 0 || len < 0 || off > shard || len > shard - off) {
             status = DDS_ERANGE;
             memset(rows + total, 0, (size_t)(len > 0 ? len : 0));
         } else {
-            memcpy(rows + total, v->base + off, (size_t)len);
+            memcpy(rows + total, base + off, (size_t)len);
         }
         total += len > 0 ? len : 0;
     }
@@ -257,9 +281,10 @@ int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
             c->hdr_out = malloc(2 * (size_t)n * sizeof *c->hdr_out);
             c->scount = malloc(5 * (size_t)n * sizeof *c->scount);
             c->rbytes = malloc((size_t)n * sizeof *c->rbytes);
+            c->node_bytes = malloc((size_t)n * sizeof *c->node_bytes);
             c->counted = malloc((size_t)n);
         }
-        if (!c || !c->hdr_out || !c->scount || !c->rbytes || !c->counted) {
+        if (!c || !c->hdr_out || !c->scount || !c->rbytes || !c->node_bytes || !c->counted) {
             gx_free(c);
             return broken(s, dds_err(DDS_ENOMEM, "out of memory for a gather exchange of %d ranks", n));
         }
@@ -279,6 +304,7 @@ int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
             nvars = 0; /* ask for nothing, still serve the others */
     }
 
+    const int *server = dds_node_servers(s);
     dds_gather_pos cursor = { 0, 0 };
     for (int64_t round = 0; round < s->gather_rounds; round++) {
         round_walk w = { ops, nops, cursor, cursor };
@@ -286,15 +312,21 @@ int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
         cursor = w.end;
         size_t var;
 
-        /* 1. headers: transfers asked of each owner. */
+        /* 1. headers: transfers asked of each owner (or node). */
         for (int p = 0; p < n; p++) {
             g.hdr_out[p] = 0;
             g.rbytes[p] = 0;
+            g.node_bytes[p] = 0;
         }
         round_walk c = w;
+        if (server)
+            for (const dds_read_op *o; (o = next_op(&c, &var));)
+                g.node_bytes[server[o->owner]] += o->len;
+        c = w;
         for (const dds_read_op *o; (o = next_op(&c, &var));) {
-            g.hdr_out[o->owner]++;
-            g.rbytes[o->owner] += o->len;
+            int p = dest_of(&g, server, vars, var, o);
+            g.hdr_out[p]++;
+            g.rbytes[p] += o->len;
         }
         MPI_Request req;
         rc = exchanged(s, MPI_Ialltoall(g.hdr_out, 1, MPI_INT64_T, g.hdr_in, 1, MPI_INT64_T, s->gather_comm, &req),
@@ -311,8 +343,8 @@ int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
         }
         c = w;
         for (const dds_read_op *o; (o = next_op(&c, &var));) {
-            int p = o->owner;
-            g.triples_out[g.pos[p]++] = g.vidx[var];
+            int p = dest_of(&g, server, vars, var, o);
+            g.triples_out[g.pos[p]++] = (int64_t)((uint64_t)o->owner << 32 | (uint64_t)g.vidx[var]);
             g.triples_out[g.pos[p]++] = o->src_offset;
             g.triples_out[g.pos[p]++] = o->len;
         }
@@ -401,7 +433,7 @@ int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
         }
         c = w;
         for (const dds_read_op *o; (o = next_op(&c, &var));) {
-            int p = o->owner;
+            int p = dest_of(&g, server, vars, var, o);
             memcpy(o->dst, g.reply_in + g.pos[p], (size_t)o->len);
             g.pos[p] += (int)o->len;
         }

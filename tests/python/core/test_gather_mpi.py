@@ -18,7 +18,7 @@ import pyddstore
 from pyddstore import DDStoreError
 
 from core_helpers import METHOD, make_store
-from suite_helpers import owners_of, remote_owners
+from suite_helpers import owners_of
 
 pytestmark = pytest.mark.skipif(METHOD != 0, reason="method 0 only")
 
@@ -58,6 +58,27 @@ def near_ranks(s):
     return {r for r, name in enumerate(names) if name == names[s.group_rank]}
 
 
+NODE_MAX_BYTES = 128 << 10  # DDS_GATHER_NODE_MAX_BYTES (internal.h)
+
+
+def expected_requests(s, off, rows, near, row_bytes, round_bytes=16 << 20):
+    """Gather requests one read of `rows` (row_bytes per row, all variables
+    together) sends: one per other owner, or where requests go by node
+    (read_protocol says so) one per other host, except hosts asked for
+    more than NODE_MAX_BYTES in a round, one per owner there. Reads of one
+    round (or rounds no larger than NODE_MAX_BYTES). Group-collective."""
+    hosts = s.group_comm.allgather(MPI.Get_processor_name())
+    owners = owners_of(off, np.asarray(rows, dtype=np.int64))
+    far = [int(o) for o in owners if int(o) not in near]
+    if "by node" not in s.info()["read_protocol"]:
+        return len(set(far))
+    per_host = {}
+    for o in far:
+        per_host.setdefault(hosts[o], []).append(o)
+    return sum(1 if round_bytes <= NODE_MAX_BYTES or len(os_) * row_bytes <= NODE_MAX_BYTES else len(set(os_))
+               for os_ in per_host.values())
+
+
 @pytest.mark.parametrize("row_bytes", ROW_SIZES)
 def test_batches_bit_exact_and_counted(comm, row_bytes):
     s = gather_store(comm)
@@ -77,7 +98,7 @@ def test_batches_bit_exact_and_counted(comm, row_bytes):
             s.get_batch("g", out, rows)
             assert out.tobytes() == every[rows].tobytes()
             st = s.stats()
-            assert st["gather_requests"] == remote_owners(off, rows, near)
+            assert st["gather_requests"] == expected_requests(s, off, rows, near, row_bytes)
             far = ~np.isin(owners_of(off, rows), list(near))
             assert st["gather_bytes"] == int(far.sum()) * row_bytes
     finally:
@@ -99,8 +120,8 @@ def test_get_ranges_spanning_shards(comm):
         s.get_ranges("r", out, starts, lens)
         want = np.concatenate([every[a:a + b] for a, b in zip(starts, lens)])
         assert out.tobytes() == want.tobytes()
-        assert s.stats()["gather_requests"] == sum(1 for r in range(s.group_size)
-                                                   if r not in near and off[r + 1] > off[r])
+        held = [r for r in range(s.group_size) if off[r + 1] > off[r]]
+        assert s.stats()["gather_requests"] == expected_requests(s, off, off[held], near, 12)
     finally:
         s.free()
 
@@ -120,7 +141,7 @@ def test_batches_larger_than_a_round(comm, row_bytes):
         s.reset_stats()
         s.get_batch("big", out, rows)
         assert out.tobytes() == every[rows].tobytes()
-        assert s.stats()["gather_requests"] == remote_owners(off, rows, near)
+        assert s.stats()["gather_requests"] == expected_requests(s, off, rows, near, row_bytes, 5000)
         out = np.zeros((len(every), row_bytes), dtype=np.uint8)
         s.get_ranges("big", out, [0], [len(every)])
         assert out.tobytes() == every.tobytes()
@@ -231,10 +252,15 @@ def test_batch_vars_make_one_exchange(comm, round_bytes):
         rng = np.random.default_rng(comm.Get_rank() + 17)
         for n in (0, 1, 40, 90 * (comm.Get_rank() + 1)):
             rows = rng.integers(0, total, size=n)
-            owners = set()
-            for _, off in layouts.values():
-                owners |= set(owners_of(off, rows).tolist()) - near
-            assert vars_read(s, comm, layouts, rows) == len(owners)
+            # Each variable has its own layout: a request per destination for all of them.
+            got = vars_read(s, comm, layouts, rows)
+            if "by node" in s.info()["read_protocol"]:
+                hosts = s.group_comm.allgather(MPI.Get_processor_name())
+                want = len({hosts[int(o)] for _, off in layouts.values()
+                            for o in owners_of(off, rows) if int(o) not in near})
+            else:
+                want = len({int(o) for _, off in layouts.values() for o in owners_of(off, rows)} - near)
+            assert got == want
     finally:
         s.free()
 
@@ -306,6 +332,43 @@ def test_large_batch(comm):
         s.reset_stats()
         s.get_batch("w", out, rows)
         assert out.tobytes() == every[rows].tobytes()
-        assert s.stats()["gather_requests"] == remote_owners(off, rows, near)
+        assert s.stats()["gather_requests"] == expected_requests(s, off, rows, near, 1)
+    finally:
+        s.free()
+
+
+@pytest.mark.parametrize("by_node", ["1", "0"])
+def test_exchange_by_node_on_test_nodes(comm, by_node):
+    """One host as two nodes (DDSTORE_TEST_NODES=2: ranks [0, n/2) and
+    [n/2, n)), shards in node shared memory: a collective read exchanges the
+    other node's rows with one rank of it (one request), or with each owner
+    under DDSTORE_GATHER_BY_NODE=0; rows bit-exact, repeats, an empty shard,
+    several variables and many rounds alike."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size < 2:
+        pytest.skip("needs ranks on two test nodes")
+    s = gather_store(comm, DDSTORE_TEST_NODES=2, DDSTORE_NODE_LOCAL=1, DDSTORE_GATHER_BY_NODE=by_node)
+    try:
+        assert ("by node" in s.info()["read_protocol"]) == (by_node == "1"), s.info()["read_protocol"]
+        node = [r * 2 // size for r in range(size)]
+        layouts = {name: add_rows(s, comm, name, row_bytes, salt=salt)
+                   for name, row_bytes, salt in (("tn/a", 8, 6), ("tn/b", 40, 7))}
+        total = min(len(every) for every, _ in layouts.values())
+        rng = np.random.default_rng(rank + 31)
+        for n in (0, 3, 50, 200):
+            rows = rng.integers(0, total, size=n)
+            far = {int(o) for _, off in layouts.values() for o in owners_of(off, rows) if node[int(o)] != node[rank]}
+            want = min(len(far), 1) if by_node == "1" else len(far)
+            assert vars_read(s, comm, layouts, rows) == want, (n, sorted(far))
+    finally:
+        s.free()
+    s = gather_store(comm, DDSTORE_TEST_NODES=2, DDSTORE_NODE_LOCAL=1, DDSTORE_GATHER_BY_NODE=by_node,
+                     DDSTORE_GATHER_ROUND_BYTES=300)
+    try:
+        every, off = add_rows(s, comm, "tn/r", 24, salt=8)
+        rows = np.random.default_rng(rank).integers(0, len(every), size=100 + 50 * rank)
+        out = np.zeros((len(rows), 24), dtype=np.uint8)
+        s.get_batch("tn/r", out, rows)
+        assert out.tobytes() == every[rows].tobytes()
     finally:
         s.free()

@@ -1,7 +1,5 @@
 """Versioned variables from Python: init_versioned, generation, block_rows,
 and rows rewritten by a writer thread while every rank reads them."""
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -10,6 +8,7 @@ import pyddstore
 from pyddstore import DDStoreValueError
 
 from core_helpers import METHOD
+from suite_helpers import read_while_rewritten
 
 
 def test_versioned_basics(store, comm):
@@ -48,46 +47,10 @@ def test_rows_never_torn_while_rewritten(store, comm):
     """A writer thread on every rank rewrites its rows with a stamp in every
     word; every rank reads rows of all ranks meanwhile and checks them."""
     s = store
-    rank = comm.Get_rank()
-    width, nloc = 1024, 4
-    pyddstore.init_versioned(s, "v/ring", nloc, width, 8, block_rows=1)
-    q = s.query("v/ring")
-    stop = threading.Event()
-    errors = []
-
-    def writer():
-        u = 0
-        buf = np.empty((1, width), dtype=np.int64)
-        try:
-            while not stop.is_set():
-                u += 1
-                slot = u % nloc
-                buf.fill((u << 20) | (q.first_row + slot))
-                s.update("v/ring", buf, slot)
-                # A simulation computes between steps. A writer that rewrites a row more often
-                # than one read of it takes starves the readers of that block (DDS_EAGAIN, as
-                # documented): MPICH's method-0 reads over RMA at 4 ranks on 2 loaded cores took
-                # longer than the 0.8 ms a 0.2 ms pause gave each of the 4 rows, and failed.
-                time.sleep(0.002)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    th = threading.Thread(target=writer)
-    th.start()
-    rng = np.random.default_rng(rank)
-    out = np.empty((8, width), dtype=np.int64)
-    try:
-        for _ in range(100):  # the same count on every rank: method 0's get_batch is collective
-            rows = rng.integers(q.global_rows, size=8)
-            s.get_batch("v/ring", out, rows)
-            for r, row in zip(rows, out):
-                assert (row == row[0]).all(), f"row {r} is torn"
-                assert row[0] == 0 or row[0] & 0xFFFFF == r, f"row {r} holds another row"
-    finally:
-        comm.Barrier()
-        stop.set()
-        th.join()
-    assert not errors, errors
+    pyddstore.init_versioned(s, "v/ring", 4, 1024, 8, block_rows=1)
+    rng = np.random.default_rng(comm.Get_rank())
+    total = s.query("v/ring").global_rows
+    read_while_rewritten(s, comm, "v/ring", (rng.integers(total, size=8) for _ in range(100)))
     if METHOD == 0:
         s.sync()
 

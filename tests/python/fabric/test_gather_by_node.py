@@ -9,16 +9,13 @@ provider. Rows bit-exact in any order with repeats, rows of a rank that holds
 none, several variables in one request, concurrent readers, versioned rows
 never torn."""
 
-import threading
-import time
-
 import numpy as np
 import pytest
 
 import pyddstore
 
 from fabric_helpers import PROVIDER, add_rows, environ, offsets, read_in_threads, values
-from suite_helpers import owners_of
+from suite_helpers import owners_of, read_while_rewritten
 
 pytestmark = pytest.mark.skipif(not pyddstore.has_fabric(), reason="libddstore built without libfabric")
 
@@ -122,78 +119,44 @@ def test_by_node_off_and_without_node_memory(comm, rank, size):
             s.free()
 
 
-def test_batch_vars_one_request_per_node(comm, rank, size):
+@pytest.fixture
+def two_nodes(comm, size):
+    """A method-1 store on two test nodes (skipped below 2 ranks)."""
+    if size < 2:
+        pytest.skip("needs ranks on two test nodes")
+    s = two_node_store(comm)
+    yield s
+    s.free()
+
+
+def test_batch_vars_one_request_per_node(two_nodes, rank, size):
     """Several variables' rows of one node ride in one request."""
-    if size < 2:
-        pytest.skip("needs ranks on two test nodes")
-    s = two_node_store(comm)
-    try:
-        specs = [("bv/a", (), "int64", 7), ("bv/b", (5,), "float64", 8), ("bv/c", (33,), "uint8", 9)]
-        for name, shape, dtype, salt in specs:
-            add_rows(s, rank, size, name, shape, dtype, salt)
-        rows = remote_heavy_rows(np.random.default_rng(7 + rank), rank, size, 50)
-        outs = [np.zeros((len(rows),) + shape, dtype=dtype) for _, shape, dtype, _ in specs]
-        before = s.stats()["gather_requests"]
-        s.get_batch_vars([sp[0] for sp in specs], outs, rows)
-        for out, (_, shape, dtype, salt) in zip(outs, specs):
-            assert out.tobytes() == values(rows, shape, dtype, salt).tobytes()
-        assert s.stats()["gather_requests"] - before == expected_requests(rank, size, rows, 8 + 40 + 33)
-    finally:
-        s.free()
+    s = two_nodes
+    specs = [("bv/a", (), "int64", 7), ("bv/b", (5,), "float64", 8), ("bv/c", (33,), "uint8", 9)]
+    for name, shape, dtype, salt in specs:
+        add_rows(s, rank, size, name, shape, dtype, salt)
+    rows = remote_heavy_rows(np.random.default_rng(7 + rank), rank, size, 50)
+    outs = [np.zeros((len(rows),) + shape, dtype=dtype) for _, shape, dtype, _ in specs]
+    before = s.stats()["gather_requests"]
+    s.get_batch_vars([sp[0] for sp in specs], outs, rows)
+    for out, (_, shape, dtype, salt) in zip(outs, specs):
+        assert out.tobytes() == values(rows, shape, dtype, salt).tobytes()
+    assert s.stats()["gather_requests"] - before == expected_requests(rank, size, rows, 8 + 40 + 33)
 
 
-def test_concurrent_readers_by_node(comm, rank, size):
-    if size < 2:
-        pytest.skip("needs ranks on two test nodes")
-    s = two_node_store(comm)
-    try:
-        want = add_rows(s, rank, size, "t", (7,), "int32", 10)
-        read_in_threads(s, "t", want, seeds=[rank * 10 + i for i in range(4)], batches=40, most_rows=200)
-    finally:
-        s.free()
+def test_concurrent_readers_by_node(two_nodes, rank, size):
+    want = add_rows(two_nodes, rank, size, "t", (7,), "int32", 10)
+    read_in_threads(two_nodes, "t", want, seeds=[rank * 10 + i for i in range(4)], batches=40, most_rows=200)
 
 
-def test_versioned_rows_never_torn_by_node(comm, rank, size):
+def test_versioned_rows_never_torn_by_node(two_nodes, comm, rank, size):
     """A writer thread on every rank rewrites its versioned rows while every
     rank reads rows of the other node: the node's serving rank copies a
     peer's rows, and the reader's seqlock check still sees whole rows."""
-    if size < 2:
-        pytest.skip("needs ranks on two test nodes")
-    s = two_node_store(comm)
-    width, nloc = 64, 4
-    try:
-        s.init_versioned("vr", nloc, width, 8, block_rows=1)
-        q = s.query("vr")
-        stop, errors = threading.Event(), []
-
-        def writer():
-            u = 0
-            buf = np.empty((1, width), dtype=np.int64)
-            try:
-                while not stop.is_set():
-                    u += 1
-                    buf.fill((u << 20) | (q.first_row + u % nloc))
-                    s.update("vr", buf, u % nloc)
-                    time.sleep(0.002)
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        th = threading.Thread(target=writer)
-        th.start()
-        far = [r for r in range(size) if node_of(r, size) != node_of(rank, size)]
-        rng = np.random.default_rng(rank)
-        out = np.empty((16, width), dtype=np.int64)
-        try:
-            for _ in range(60):
-                rows = (rng.choice(far, size=16) * nloc + rng.integers(0, nloc, size=16)).astype(np.int64)
-                s.get_batch("vr", out, rows)
-                for r, row in zip(rows, out):
-                    assert (row == row[0]).all(), f"row {r} is torn"
-                    assert row[0] == 0 or row[0] & 0xFFFFF == r, f"row {r} holds another row"
-        finally:
-            comm.Barrier()
-            stop.set()
-            th.join()
-        assert not errors, errors
-    finally:
-        s.free()
+    nloc = 4
+    two_nodes.init_versioned("vr", nloc, 64, 8, block_rows=1)
+    far = [r for r in range(size) if node_of(r, size) != node_of(rank, size)]
+    rng = np.random.default_rng(rank)
+    batches = ((rng.choice(far, size=16) * nloc + rng.integers(0, nloc, size=16)).astype(np.int64)
+               for _ in range(60))
+    read_while_rewritten(two_nodes, comm, "vr", batches)
