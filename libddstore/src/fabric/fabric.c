@@ -824,14 +824,13 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
     int n = s->group_size;
     struct dds_fabric_var *FV = calloc(1, sizeof *FV);
     uint64_t *mine_all = calloc((size_t)n * 4, sizeof *mine_all);
-    uint64_t *peer_bytes = calloc((size_t)n, sizeof *peer_bytes);
     int rc = DDS_OK;
     if (FV) {
         FV->raddr = calloc((size_t)n, sizeof *FV->raddr);
         FV->key = calloc((size_t)n, sizeof *FV->key);
         FV->len = calloc((size_t)n, sizeof *FV->len);
     }
-    if (!FV || !mine_all || !peer_bytes || !FV->raddr || !FV->key || !FV->len)
+    if (!FV || !mine_all || !FV->raddr || !FV->key || !FV->len)
         rc = dds_err(DDS_ENOMEM, "variable '%s': out of memory exposing it", v->name);
     size_t bytes = (size_t)(v->local_rows * v->row_bytes);
     if (bytes == 0)
@@ -850,7 +849,6 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
             FV->raddr[i] = mine_all[4 * i];
             FV->key[i] = mine_all[4 * i + 1];
             FV->len[i] = mine_all[4 * i + 2];
-            peer_bytes[i] = mine_all[4 * i + 3] * (uint64_t)v->row_bytes;
         }
         if (fi_mr_key(FV->mr) == FI_KEY_NOTAVAIL)
             rc = dds_err(DDS_ENOTSUP, "provider %s gives no usable memory key (FI_MR_RAW)", F->prov);
@@ -864,7 +862,7 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
         FV->index = F->next_var_index++;
         if (F->srv)
             rc = dds_fab_serve_add(F, FV->index, v->base, (uint64_t)(v->local_rows * v->row_bytes),
-                                   v->node_shared ? v->peer_base : NULL, peer_bytes, n);
+                                   v->node_shared ? v : NULL, n);
         rc = dds_agree(s->group, rc);
     }
     if (rc == DDS_OK && s->method == DDS_METHOD_FILE) {
@@ -901,7 +899,6 @@ int dds_fab_var_expose(dds_store *s, dds_var *v)
         rc = dds_agree(s->group, rc);
     }
     free(mine_all);
-    free(peer_bytes);
     if (rc) {
         if (FV) {
             unpublish_var(s, F, FV);

@@ -395,7 +395,7 @@ static bool plan_by_node(dds_store *s, dds_var *const *vars, size_t nvars, piece
         return false;
     bool sorted = true;
     for (size_t i = 0; i < npc; i++) {
-        if ((*pc)[i].nrows > DDS_GATHER_MAX_WORDS - 4) {
+        if ((*pc)[i].nrows > DDS_GATHER_MAX_WORDS - DDS_GATHER_NODE_RUN_WORDS) {
             free(t);
             return false;
         }
@@ -522,7 +522,8 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
     for (size_t i = 0; i < npc; i++) {
         bool node = target && target[i] >= 0; /* entries are words then */
         bool run = i > 0 && pc[i].var == pc[i - 1].var && owner[i] == owner[i - 1];
-        size_t add = node ? (size_t)pc[i].nrows + (run ? 0u : 4u) : 1u + (i > 0 && pc[i].var != pc[i - 1].var);
+        size_t add = node ? (size_t)pc[i].nrows + (run ? 0u : DDS_GATHER_NODE_RUN_WORDS)
+                          : 1u + (i > 0 && pc[i].var != pc[i - 1].var);
         size_t most = node ? DDS_GATHER_MAX_WORDS : DDS_GATHER_MAX_ENTRIES;
         if (i == 0 || key[i] != key[i - 1] || nent + add > most || bytes + pc[i].len > maxr) {
             if (i > 0 && target && target[i - 1] >= 0)
@@ -530,7 +531,7 @@ int dds_fab_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
             starts[nreq++] = i;
             bytes = 0;
             nent = 0;
-            add = node ? (size_t)pc[i].nrows + 4u : 1u;
+            add = node ? (size_t)pc[i].nrows + DDS_GATHER_NODE_RUN_WORDS : 1u;
         }
         bytes += pc[i].len;
         nent += add;

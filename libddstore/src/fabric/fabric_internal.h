@@ -84,6 +84,8 @@ typedef struct fab_ctx {
  * node's serving rank: dds_store.node_server). Sent by readers of the
  * owners' own job only, as version 3. */
 #define DDS_GATHER_VERSION_NODE_ROWS 4u
+/* Words ahead of the row numbers of a version-4 run. */
+#define DDS_GATHER_NODE_RUN_WORDS 4u
 /* Bytes of one owner's receive buffer: the largest request. */
 #define DDS_GATHER_REQ_BYTES 65536u
 /* Transfers one request carries at most: header + largest address +
@@ -240,12 +242,12 @@ DDS_HIDDEN int dds_fab_insert_peers(struct dds_fabric *F, int n, uint8_t *const 
  * starts). */
 DDS_HIDDEN int dds_fab_serve_open(struct dds_fabric *F);
 /* Serve (add) or stop serving (remove) a variable's shard; thread-safe:
- * once remove returns no reply copies from the shard any more. `peer_base`
- * and `peer_bytes` (n entries, by group rank; copied) are the shards this
- * rank maps, its own and its node peers' (NULL base: not mapped), which
- * version-4 requests read; NULL: its own shard only. */
+ * once remove returns no reply copies from the shard any more. `node`:
+ * the variable where it is node_shared (version-4 requests read the
+ * shards its peer_base maps, bounded by its offsets; it must outlive the
+ * remove), else NULL: its own shard only; `n` the group size. */
 DDS_HIDDEN int dds_fab_serve_add(struct dds_fabric *F, uint32_t index, const char *base, uint64_t bytes,
-                                 char *const *peer_base, const uint64_t *peer_bytes, int n);
+                                 const dds_var *node, int n);
 DDS_HIDDEN void dds_fab_serve_remove(struct dds_fabric *F, uint32_t index);
 /* Progress thread: retry sends and re-posts the provider refused for
  * want of resources (-FI_EAGAIN); true while some remain queued. */

@@ -64,10 +64,10 @@ typedef struct srv_var {
     uint32_t index;
     const char *base;
     uint64_t bytes;
-    /* By group rank: the shards this rank maps (its own, node peers' in
-     * shared memory; NULL: not mapped), for version-4 requests. */
-    const char **peer_base;
-    uint64_t *peer_bytes;
+    /* Version-4 requests: the variable, whose peer_base and offsets give
+     * the shards this rank maps (its own and its node peers'), and the
+     * group size; NULL where it is not node_shared. */
+    const dds_var *node;
     int npeers;
 } srv_var;
 
@@ -90,12 +90,6 @@ struct fab_server {
     char *spare[SRV_NSPARE];
     size_t spare_cap[SRV_NSPARE];
 };
-
-static void var_free(srv_var *v)
-{
-    free(v->peer_base);
-    free(v->peer_bytes);
-}
 
 /* A reply buffer of at least n bytes (*cap: its size), or NULL. */
 static char *buf_get(struct fab_server *S, size_t n, size_t *cap)
@@ -233,8 +227,6 @@ void dds_fab_serve_free(struct dds_fabric *F)
     for (size_t i = 0; i < S->npeers; i++)
         free(S->peers[i].addr);
     free(S->peers);
-    for (size_t i = 0; i < S->nvars; i++)
-        var_free(&S->vars[i]);
     free(S->vars);
     pthread_mutex_destroy(&S->lock);
     free(S);
@@ -244,23 +236,10 @@ void dds_fab_serve_free(struct dds_fabric *F)
 /* ---- variables -------------------------------------------------------------------- */
 
 int dds_fab_serve_add(struct dds_fabric *F, uint32_t index, const char *base, uint64_t bytes,
-                      char *const *peer_base, const uint64_t *peer_bytes, int n)
+                      const dds_var *node, int n)
 {
     struct fab_server *S = F->srv;
-    srv_var add = { .index = index, .base = base, .bytes = bytes };
-    if (peer_base && n > 0) {
-        add.peer_base = malloc((size_t)n * sizeof *add.peer_base);
-        add.peer_bytes = malloc((size_t)n * sizeof *add.peer_bytes);
-        if (!add.peer_base || !add.peer_bytes) {
-            var_free(&add);
-            return dds_err(DDS_ENOMEM, "out of memory serving a variable");
-        }
-        for (int g = 0; g < n; g++) {
-            add.peer_base[g] = peer_base[g];
-            add.peer_bytes[g] = peer_base[g] ? peer_bytes[g] : 0;
-        }
-        add.npeers = n;
-    }
+    srv_var add = { .index = index, .base = base, .bytes = bytes, .node = node, .npeers = node ? n : 0 };
     int rc = DDS_OK;
     pthread_mutex_lock(&S->lock);
     if (S->nvars == S->vars_cap) {
@@ -276,8 +255,6 @@ int dds_fab_serve_add(struct dds_fabric *F, uint32_t index, const char *base, ui
     if (rc == DDS_OK)
         S->vars[S->nvars++] = add;
     pthread_mutex_unlock(&S->lock);
-    if (rc)
-        var_free(&add);
     return rc;
 }
 
@@ -287,7 +264,6 @@ void dds_fab_serve_remove(struct dds_fabric *F, uint32_t index)
     pthread_mutex_lock(&S->lock);
     for (size_t i = 0; i < S->nvars; i++) {
         if (S->vars[i].index == index) {
-            var_free(&S->vars[i]);
             S->vars[i] = S->vars[--S->nvars];
             break;
         }
@@ -520,7 +496,7 @@ static const char *gather_rows(const struct fab_server *S, const dds_gather_req 
                                char *out, uint64_t *done, uint32_t *var_index)
 {
     const uint32_t *w = (const uint32_t *)words, *end = w + h->nent;
-    const ptrdiff_t head = h->version == DDS_GATHER_VERSION_NODE_ROWS ? 4 : 3;
+    const ptrdiff_t head = h->version == DDS_GATHER_VERSION_NODE_ROWS ? DDS_GATHER_NODE_RUN_WORDS : 3;
     while (w < end) {
         if (end - w < head)
             return "a truncated run of rows";
@@ -531,11 +507,12 @@ static const char *gather_rows(const struct fab_server *S, const dds_gather_req 
             return "the variable is not served (freed, or not yet added)";
         const char *base = v->base;
         uint64_t bytes = v->bytes;
-        if (head == 4) {
-            if (w[2] >= (uint32_t)v->npeers || !v->peer_base[w[2]])
+        if (head == DDS_GATHER_NODE_RUN_WORDS) {
+            uint32_t o = w[2];
+            if (o >= (uint32_t)v->npeers || !v->node->peer_base[o])
                 return "rows of a rank whose shard this rank does not map (not a node peer)";
-            base = v->peer_base[w[2]];
-            bytes = v->peer_bytes[w[2]];
+            base = v->node->peer_base[o];
+            bytes = (uint64_t)(v->node->offsets[o + 1] - v->node->offsets[o]) * (uint64_t)v->node->row_bytes;
         }
         w += head;
         if (unit == 0 || count > (uint64_t)(end - w) || count * unit > h->reply_bytes - *done)

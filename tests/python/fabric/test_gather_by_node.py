@@ -27,11 +27,12 @@ def node_of(rank, size):
     return rank * 2 // size
 
 
-def two_node_store(comm, method=1, by_node=None, node_local="1"):
-    """A core store over the suite's provider on two test nodes."""
+def two_node_store(comm, method=1, by_node=None, node_local="1", **kw):
+    """A core store over the suite's provider on two test nodes (`kw`: the
+    store's other options)."""
     with environ(DDSTORE_TEST_NODES="2", DDSTORE_NODE_LOCAL=node_local, DDSTORE_GATHER=None,
                  DDSTORE_GATHER_BY_NODE=by_node):
-        return pyddstore.PyDDStore(comm, method, fabric=PROVIDER)
+        return pyddstore.PyDDStore(comm, method, fabric=PROVIDER, **kw)
 
 
 def expected_requests(rank, size, rows, row_bytes, by_node=True):
@@ -82,8 +83,7 @@ def test_one_request_per_node(comm, rank, size, tmp_path_factory, method, shape,
     if method == 2:
         hs = comm.bcast(str(tmp_path_factory.mktemp("hs")) if rank == 0 else None)
         kw = {"handshake_dir": hs}
-    with environ(DDSTORE_TEST_NODES="2", DDSTORE_NODE_LOCAL="1", DDSTORE_GATHER=None, DDSTORE_GATHER_BY_NODE=None):
-        s = pyddstore.PyDDStore(comm, method, fabric=PROVIDER, **kw)
+    s = two_node_store(comm, method, **kw)
     try:
         if size > 2:
             assert "by node" in s.info()["read_protocol"], s.info()["read_protocol"]
