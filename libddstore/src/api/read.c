@@ -89,16 +89,9 @@ bool dds_reads_collective(const dds_store *s)
            !(s->node_local && s->shm_enabled);
 }
 
-/* Group-collective completion of a method-0 batched read: a tagged,
- * bounded step (dds_step) that keeps every rank inside MPI until all reads
- * are done (osc/pt2pt, osc/ucx over TCP and MPICH serve passive reads only
- * while the target is in MPI), reports a failure everywhere, and turns
- * unequal numbers of reads into an error instead of a hang. */
-static int finish_collective(dds_store *s, int rc)
+bool dds_gather_posts_early(const dds_store *s)
 {
-    if (!dds_reads_collective(s))
-        return rc;
-    return dds_step(s, DDS_COLL_READ, rc, NULL);
+    return s->tp->gather_begin && dds_gather_possible(s) && dds_reads_collective(s);
 }
 
 /* Checks shared by all reads. *live tells whether the store handle is usable
@@ -185,21 +178,23 @@ static int split_for_rounds(dds_store *s, dds_var *v, op_list *l, size_t n, size
     return DDS_OK;
 }
 
-/* A collective read of a store where reads may gather (method 0 unless
- * DDSTORE_GATHER=never), of nvars variables (lists[k]: the transfers of
- * vars[k]). What this rank can address is copied and rows read one-sided
- * (versioned variables) are read first; then the read's step, which also
- * agrees on the number of gather exchange rounds (the largest any rank
- * needs: 0 when nobody gathers); then every rank of the group, whether it
- * gathers, read nothing or had bad arguments, takes part in the rounds,
- * serving the others. One-sided reads complete before the step, so the
- * step keeps their targets in MPI until they are done, as
- * finish_collective does: no trailing step is needed. Several variables
- * make one read: one step and one exchange (dds_get_batch_vars). Where no
- * rank gathers (DDSTORE_GATHER=never, alike on every rank) the step agrees
- * on no round and this is one-sided reads, then the read's step. An
- * exchange is made only where some rank gathers, so only by a transport
- * with gather, whose gather_vars is then collective (internal.h). */
+/* A collective read (method 0 across nodes: dds_reads_collective) of
+ * nvars variables (lists[k]: the transfers of vars[k]; none for a read
+ * that failed its checks, or dds_read_fail). What this rank can address
+ * is copied and rows read one-sided (versioned variables) are read first.
+ * Where reads may gather (dds_gather_posts_early), the first round of the
+ * owner-side exchange is prepared next: its requests travel in the step.
+ * Then the read's step: tagged and bounded, it keeps every rank inside MPI
+ * until the one-sided reads are done (osc/pt2pt, osc/ucx over TCP and
+ * MPICH serve passive reads only while the target is in MPI; no trailing
+ * step is needed), reports a failure everywhere, turns unequal numbers of
+ * reads into an error instead of a hang, and agrees on the number of
+ * exchange rounds (the largest any rank needs). Then every rank of the
+ * group, whether it gathers, read nothing or had bad arguments, takes part
+ * in the rounds, serving the others.
+ * Several variables make one read: one step and one exchange
+ * (dds_get_batch_vars). Where no rank may gather (DDSTORE_GATHER=never,
+ * alike on every rank) this is one-sided reads, then the read's step. */
 static int gather_read(dds_store *s, dds_var *const *vars, op_list *lists, size_t nvars, int rc)
 {
     int64_t rounds = 0;
@@ -227,10 +222,15 @@ static int gather_read(dds_store *s, dds_var *const *vars, op_list *lists, size_
     if (rc == DDS_OK && gathers)
         for (dds_gather_pos at = { 0, 0 }; dds_gather_round(s, ops, ng, nvars, &at);)
             rounds++;
+    size_t asked = rc == DDS_OK && gathers ? nvars : 0;
+    if (dds_gather_posts_early(s)) {
+        int brc = s->tp->gather_begin(s, vars, ops, ng, asked); /* its requests travel in the step */
+        rc = rc ? rc : brc;
+    }
     rc = dds_step_val(s, DDS_COLL_READ, rc, NULL, &rounds);
     if (rc == DDS_OK && rounds > 0) {
         s->gather_rounds = rounds;
-        rc = s->tp->gather_vars(s, vars, ops, ng, gathers ? nvars : 0);
+        rc = s->tp->gather_vars(s, vars, ops, ng, asked);
     }
     free(ops);
     free(ng);
@@ -482,7 +482,7 @@ DDS_API int dds_read_fail(dds_store *s, int code, const char *message)
     if (!dds_reads_collective(s))
         return rc;
     uint64_t t0 = dds_now_ns();
-    rc = finish_collective(s, rc);
+    rc = gather_read(s, NULL, NULL, 0, rc);
     read_end(s, t0);
     return rc;
 }

@@ -341,6 +341,7 @@ static int create_store(dds_store **out, int comm_f, const dds_options *opts, bo
     rc = s->tp->open(s);
     if (rc)
         goto fail;
+    s->steps_by_message = dds_gather_posts_early(s);
     if (reopen) {
         rc = reopen_vars(s);
         if (rc) {

@@ -67,7 +67,7 @@ static int timed_out(dds_store *s, int kind, const char *what)
                    what);
 }
 
-/* Wait for n requests until the store's deadline, without spinning: a
+/* Poll until done or the store's deadline, without spinning: a
  * few polls first (the common case is a peer a few microseconds late),
  * then polls with sched_yield() for up to 1 ms (any other runnable thread
  * of the core runs first), then sleeps that double from 8 us to 256 us
@@ -79,15 +79,15 @@ static int timed_out(dds_store *s, int kind, const char *what)
  * and exchanges may need it). Measured with 2 ranks on one host
  * (DDSTORE_NODE_LOCAL=0, 256 rows of 64 B a gather read): sleeping from
  * the start made a read 2-3x slower than yielding first. */
-int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const char *what)
+int dds_poll_bounded(dds_store *s, int (*poll)(void *ctx, bool *done), void *ctx, int kind, const char *what)
 {
     uint64_t t0 = dds_now_ns();
     long sleep_ns = 8000;
     for (int polls = 0;; polls++) {
-        int done = 0;
-        int mrc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        if (mrc != MPI_SUCCESS)
-            return dds_err_mpi(mrc, "MPI_Testall (collective step)");
+        bool done = false;
+        int rc = poll(ctx, &done);
+        if (rc != DDS_OK)
+            return rc;
         if (done)
             return DDS_OK;
         if (polls < 16)
@@ -104,6 +104,28 @@ int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const cha
         if (sleep_ns < 256000)
             sleep_ns *= 2;
     }
+}
+
+typedef struct request_set {
+    int n;
+    MPI_Request *reqs;
+} request_set;
+
+static int test_all(void *ctx, bool *done)
+{
+    request_set *rs = ctx;
+    int flag = 0;
+    int mrc = MPI_Testall(rs->n, rs->reqs, &flag, MPI_STATUSES_IGNORE);
+    if (mrc != MPI_SUCCESS)
+        return dds_err_mpi(mrc, "MPI_Testall (collective step)");
+    *done = flag != 0;
+    return DDS_OK;
+}
+
+int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const char *what)
+{
+    request_set rs = { n, reqs };
+    return dds_poll_bounded(s, test_all, &rs, kind, what);
 }
 
 /* Every rank's call and read count, in one message: "rank 0 in get_batch/
@@ -203,12 +225,17 @@ int dds_step_val(dds_store *s, int kind, int rc, bool *served, int64_t *val)
     in[kind] = 1;
     in[DDS_COLL_NKINDS] = rc == DDS_OK ? 0 : s->group_size - s->group_rank;
     in[DDS_COLL_NKINDS + 1] = mine;
-    MPI_Request req;
-    int mrc = MPI_Iallreduce(in, out, DDS_COLL_NKINDS + 2, MPI_INT64_T, MPI_MAX, s->group, &req);
-    if (mrc != MPI_SUCCESS)
-        return dds_err_mpi(mrc, "MPI_Iallreduce (collective step)");
-    int wrc = dds_wait_bounded(s, 1, &req, kind,
-                               "the other ranks of its group to make a collective call of this store");
+    static const char *const waits_for = "the other ranks of its group to make a collective call of this store";
+    int wrc;
+    if (s->steps_by_message) {
+        wrc = s->tp->step_exchange(s, kind, in, out, DDS_COLL_NKINDS + 2, waits_for);
+    } else {
+        MPI_Request req;
+        int mrc = MPI_Iallreduce(in, out, DDS_COLL_NKINDS + 2, MPI_INT64_T, MPI_MAX, s->group, &req);
+        if (mrc != MPI_SUCCESS)
+            return dds_err_mpi(mrc, "MPI_Iallreduce (collective step)");
+        wrc = dds_wait_bounded(s, 1, &req, kind, waits_for);
+    }
     if (wrc)
         return wrc;
     if (kind == DDS_COLL_READ)

@@ -146,6 +146,23 @@ typedef struct dds_transport {
      * thread-safe. NULL where the transport has none. */
     int (*gather_vars)(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
                        size_t nvars);
+    /* Where collective_reads: prepare (local) the first round of a
+     * collective read's exchange, so that its requests travel in the
+     * read's step (step_exchange). Every rank of the group calls it before
+     * every read step of a store where dds_gather_posts_early, nvars 0
+     * included (it then asks nothing); gather_vars with the same lists
+     * completes that round and the others where the step agrees on rounds.
+     * An error fails this rank's read (passed into the step); NULL: none. */
+    int (*gather_begin)(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
+                        size_t nvars);
+    /* The group-collective step itself (collective.c) where
+     * dds_gather_posts_early: every rank sends every rank one message of
+     * its nwords words `in` and, in a read, the requests prepared by
+     * gather_begin; out is the MPI_MAX of all ranks' `in`, and the requests
+     * received are the exchange's first round. Bounded like
+     * dds_wait_bounded (kind and what name the wait); an MPI error breaks
+     * the store. Collective over the group. */
+    int (*step_exchange)(dds_store *s, int kind, const int64_t *in, int64_t *out, int nwords, const char *what);
     /* Whether one-sided reads are emulated in software (a request and a
      * reply through both CPUs per operation), so that gather is better at
      * every row size. NULL: false. Local. */
@@ -205,6 +222,10 @@ struct dds_store {
      * (collective reads are made from one thread), and the private
      * communicator of the exchange (rma_gather.c; MPI_COMM_NULL if none). */
     int64_t gather_rounds;
+    /* Steps (collective.c) are the transport's step_exchange, which carries
+     * a read's first gather round: dds_gather_posts_early, set once the
+     * transport is open (store.c). */
+    bool steps_by_message;
     MPI_Comm gather_comm;
     struct dds_gx *gather_gx;    /* its buffers, kept between reads (rma_gather.c) */
 
@@ -270,6 +291,11 @@ static inline int dds_owner_of(const dds_var *v, int group_size, int64_t row)
 /* Whether batched reads (dds_get_batch, dds_get_ranges, dds_read_fail) of
  * `s` are group-collective (read.c). */
 DDS_HIDDEN bool dds_reads_collective(const dds_store *s);
+/* Whether the collective reads of s send their exchange's first round in
+ * their step (the transport's gather_begin and step_exchange, where some
+ * read may gather and reads are collective): then every step of the store
+ * is the transport's step_exchange. The same on every rank (read.c). */
+DDS_HIDDEN bool dds_gather_posts_early(const dds_store *s);
 
 /* Agree on the outcome of a collective step over `comm`: returns the lowest
  * failing rank's code on every rank, with its message ("rank k: ...")
@@ -310,6 +336,11 @@ DDS_HIDDEN int dds_step_val(dds_store *s, int kind, int rc, bool *served, int64_
 /* Complete n requests, driving MPI progress, within s->coll_timeout_ns;
  * DDS_ETIMEDOUT (store marked broken) naming `what` was waited for. */
 DDS_HIDDEN int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const char *what);
+/* The wait of dds_wait_bounded around any progress: poll(ctx, &done) drives
+ * MPI and says whether the wait is over (an error it returns ends the
+ * wait); the same backoff and deadline. */
+DDS_HIDDEN int dds_poll_bounded(dds_store *s, int (*poll)(void *ctx, bool *done), void *ctx, int kind,
+                                const char *what);
 /* DDSTORE_COLLECTIVE_TIMEOUT_S parsed into s->coll_timeout_ns (local). */
 DDS_HIDDEN int dds_step_setup(dds_store *s);
 
@@ -395,6 +426,10 @@ DDS_HIDDEN void dds_rma_gather_close(dds_store *s);
 DDS_HIDDEN int dds_rma_gather(dds_store *s, dds_var *v, const dds_read_op *ops, size_t nops, bool bounded);
 DDS_HIDDEN int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops,
                                    const size_t *nops, size_t nvars);
+DDS_HIDDEN int dds_rma_gather_begin(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops,
+                                    const size_t *nops, size_t nvars);
+DDS_HIDDEN int dds_rma_step_exchange(dds_store *s, int kind, const int64_t *in, int64_t *out, int nwords,
+                                     const char *what);
 DDS_HIDDEN bool dds_rma_emulated(const dds_store *s);
 /* Decide whether shards live in node shared memory (DDSTORE_NODE_LOCAL,
  * default on, and the MPI can allocate shared windows); sets

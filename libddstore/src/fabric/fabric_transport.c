@@ -90,6 +90,7 @@ const dds_transport dds_transport_fabric = {
     .describe_domain = fab_describe_domain,
     .gather = fab_gather,
     .gather_vars = fab_gather_vars,
+    .gather_begin = NULL, /* reads are not collective: nothing travels in a step */
     .rma_emulated = fab_rma_emulated,
 };
 

@@ -326,5 +326,7 @@ const dds_transport dds_transport_rma = {
     .describe_domain = NULL,
     .gather = dds_rma_gather,           /* rma_gather.c: collective exchange in the read */
     .gather_vars = dds_rma_gather_vars, /* the same, several variables in one exchange */
+    .gather_begin = dds_rma_gather_begin,   /* its first round, sent in the read's step */
+    .step_exchange = dds_rma_step_exchange, /* the step as one message to each rank */
     .rma_emulated = dds_rma_emulated,
 };
