@@ -31,7 +31,7 @@
 # reason, and report.py shows B5 as not measured.
 #
 # Open MPI runs with the settings docs/clusters.rst gives for TCP networks (OMPI_MCA_osc=sm,ucx,
-# UCX_TLS=tcp,self) and OMPI_MCA_mpi_yield_when_idle=1 (ranks waiting in MPI give up the core:
+# UCX_TLS=tcp,self, OMPI_MCA_btl_tcp_links=2) and OMPI_MCA_mpi_yield_when_idle=1 (ranks waiting in MPI give up the core:
 # without it the gather ceiling crawls on a machine with fewer cores than busy threads).
 # Environment: B5_BIND (parts 1 and 3: see above their definitions); DDS_CLUSTER_NAME (default b5) and DDS_CLUSTER_SUBNET (default 10.213.115.0/24)
 # name this run's instance, so it coexists with others; DDS_CLUSTER_DIR: the simulator's
@@ -132,6 +132,9 @@ EOF
 # memory, which no real pair of hosts would do. yield_when_idle: see the head of this file.
 export OMPI_MCA_osc="${OMPI_MCA_osc:-sm,ucx}" UCX_TLS="${UCX_TLS:-tcp,self}"
 export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
+# Two TCP connections per pair of ranks for btl/tcp (method 0's gather, the C Alltoallv and
+# mpi4py ceilings alike): docs/clusters.rst gives it and its measurement.
+export OMPI_MCA_btl_tcp_links="${OMPI_MCA_btl_tcp_links:-2}"
 status=0
 run2() { # run2 NHOSTS PPN TIMEOUT [MPIEXEC-OPTION... --] ARGS...: b5_remote.py over the simulated hosts
   local nh=$1 ppn=$2 t=$3 mo=(); shift 3
