@@ -552,12 +552,18 @@ int dds_rma_gather_begin(dds_store *s, dds_var *const *vars, const dds_read_op *
     return rc;
 }
 
-int dds_rma_step_exchange(dds_store *s, int kind, const int64_t *in, int64_t *out, int nwords, const char *what)
+/* The exchange's state for a collective call (what it is, for the error). */
+static int exchange_of(dds_store *s, const char *what, gx **g)
 {
     if (s->gather_comm == MPI_COMM_NULL)
-        return broken(s, dds_err(DDS_ESTATE, "method 0: no gather communicator for a collective step"));
+        return broken(s, dds_err(DDS_ESTATE, "method 0: no gather communicator for a collective %s", what));
+    return gx_get(s, g);
+}
+
+int dds_rma_step_exchange(dds_store *s, int kind, const int64_t *in, int64_t *out, int nwords, const char *what)
+{
     gx *g;
-    int rc = gx_get(s, &g);
+    int rc = exchange_of(s, "step", &g);
     if (rc)
         return rc;
     if (!g->prepared || kind != DDS_COLL_READ) { /* nothing asked: the step's words alone */
@@ -585,10 +591,8 @@ int dds_rma_step_exchange(dds_store *s, int kind, const int64_t *in, int64_t *ou
 int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
                         size_t nvars)
 {
-    if (s->gather_comm == MPI_COMM_NULL)
-        return broken(s, dds_err(DDS_ESTATE, "method 0: no gather communicator for a collective read"));
     gx *g;
-    int rc = gx_get(s, &g);
+    int rc = exchange_of(s, "read", &g);
     if (rc)
         return rc;
     /* After a step that carried the first round's requests, that round is
