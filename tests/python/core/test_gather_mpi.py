@@ -165,9 +165,12 @@ def test_never_keeps_one_sided_reads(comm):
         s.free()
 
 
-def test_unequal_reads_then_free(comm):
-    """Ranks that read more batches than the others are served by free()."""
-    s = gather_store(comm)
+@pytest.mark.parametrize("round_bytes", [None, 500])
+def test_unequal_reads_then_free(comm, round_bytes):
+    """Ranks that read more batches than the others are served by free():
+    the freeing rank's step takes the first round's requests and it serves
+    the later rounds too (500-byte rounds: several per read)."""
+    s = gather_store(comm, **({"DDSTORE_GATHER_ROUND_BYTES": round_bytes} if round_bytes else {}))
     every, _ = add_rows(s, comm, "u", 40)
     rank = comm.Get_rank()
     rng = np.random.default_rng(rank)
