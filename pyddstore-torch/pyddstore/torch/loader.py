@@ -530,7 +530,8 @@ class ThreadDataLoader(DataLoader[T_co]):
     read for method 0, for all of them; a read costs per request more than per
     byte there), up to 2 MiB a read. Without a prefetch_factor given (or None)
     such a loader reads ahead as many batches as make two such reads, from 2 up
-    to 16 (DataLoader's default is 2); loader.prefetch_factor says which. The
+    to 16, or 32 where reads are collective (the group meets once per read;
+    DataLoader's default is 2); loader.prefetch_factor says which. The
     batches of one read are views into its columns, which stay in memory while
     any of them is referenced. A read that refuses an index is made again batch
     by batch, so only the batch holding it raises; any other failed read (a
@@ -613,12 +614,14 @@ class ThreadDataLoader(DataLoader[T_co]):
         # map-style dataset that can with this collate_fn, read into fresh buffers (a reused
         # set holds one batch). Sets the default read-ahead here and the group size in _Core.
         self._sample_nbytes_together = None
+        reader = loader_protocol.find(dataset)
         if not reuse_buffers and self._auto_collation and self._dataset_kind == _DatasetKind.Map:
-            self._sample_nbytes_together = loader_protocol.reads_together(
-                loader_protocol.find(dataset), self.collate_fn)
+            self._sample_nbytes_together = loader_protocol.reads_together(reader, self.collate_fn)
         self._read_ahead = self.prefetch_factor
         if DataLoader_kwargs.get("prefetch_factor") is None:
-            self._read_ahead = loader_protocol.read_ahead(self._sample_nbytes_together, self.batch_size)
+            collective = reader is not None and reader.ordered_reads() is not None
+            self._read_ahead = loader_protocol.read_ahead(self._sample_nbytes_together, self.batch_size,
+                                                          collective)
             if self.num_workers > 0:
                 self.prefetch_factor = self._read_ahead
         self._core = _Core(self, bool(reuse_buffers), bool(collate_copies))

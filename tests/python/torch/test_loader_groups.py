@@ -59,6 +59,10 @@ def test_read_ahead_rule():
     assert loader_protocol.read_ahead(520, 256) == cap        # small batches: the most
     assert loader_protocol.read_ahead(rt // 64, 64) == 2      # one batch fills a read: 2
     assert loader_protocol.read_ahead(rt // 256, 64) == 8
+    # collective reads (the group meets once per read): up to twice as many, same bytes a read
+    assert loader_protocol.read_ahead(520, 256, collective=True) == 2 * (rt // (520 * 256))
+    assert loader_protocol.read_ahead(rt // 256, 64, collective=True) == 8
+    assert loader_protocol.read_ahead(8, 64, collective=True) == loader_protocol.MAX_READ_AHEAD_COLLECTIVE
     assert loader_protocol.batches_per_read(520, 256, cap) == cap // 2
     assert loader_protocol.batches_per_read(520, 256, 3) == 1
     assert loader_protocol.batches_per_read(rt // 64, 64, cap) == 1
@@ -68,10 +72,13 @@ def test_read_ahead_rule():
 @pytest.mark.parametrize("workers", [0, 1, 3])
 def test_batches_read_together_in_order(world, logged, workers):
     sampler = DistributedSampler(logged, num_replicas=world.size, rank=world.rank, seed=4)
+    # Collective reads (method 0 across nodes, or DDSTORE_NODE_LOCAL=0) read ahead more.
+    cap = (loader_protocol.MAX_READ_AHEAD_COLLECTIVE if logged.ordered_reads() is not None
+           else loader_protocol.MAX_READ_AHEAD)
     with ThreadDataLoader(logged, batch_size=2, sampler=sampler, num_workers=workers) as tdl:
         if workers:
-            assert tdl.prefetch_factor == loader_protocol.MAX_READ_AHEAD
-        assert tdl._core.group == loader_protocol.MAX_READ_AHEAD // 2
+            assert tdl.prefetch_factor == cap
+        assert tdl._core.group == cap // 2
         for epoch in range(2):
             sampler.set_epoch(epoch)
             logged.log.clear()
