@@ -182,7 +182,7 @@ static int split_for_rounds(dds_store *s, dds_var *v, op_list *l, size_t n, size
  * nvars variables (lists[k]: the transfers of vars[k]; none for a read
  * that failed its checks, or dds_read_fail). What this rank can address
  * is copied and rows read one-sided (versioned variables) are read first.
- * Where reads may gather (dds_gather_posts_early), the first round of the
+ * Where reads may gather (s->steps_by_message), the first round of the
  * owner-side exchange is prepared next: its requests travel in the step.
  * Then the read's step: tagged and bounded, it keeps every rank inside MPI
  * until the one-sided reads are done (osc/pt2pt, osc/ucx over TCP and
@@ -223,7 +223,7 @@ static int gather_read(dds_store *s, dds_var *const *vars, op_list *lists, size_
         for (dds_gather_pos at = { 0, 0 }; dds_gather_round(s, ops, ng, nvars, &at);)
             rounds++;
     size_t asked = rc == DDS_OK && gathers ? nvars : 0;
-    if (dds_gather_posts_early(s)) {
+    if (s->steps_by_message) {
         int brc = s->tp->gather_begin(s, vars, ops, ng, asked); /* its requests travel in the step */
         rc = rc ? rc : brc;
     }

@@ -142,7 +142,8 @@ typedef struct dds_transport {
      * each list grouped by owner): one request per owner for all of them.
      * Where collective_reads, collective like gather (every rank of the
      * group calls it in a collective read, nvars 0 included, and one read
-     * of several variables is one exchange); else not collective,
+     * of several variables is one exchange), after the read's step, with
+     * the lists gather_begin laid out for it; else not collective,
      * thread-safe. NULL where the transport has none. */
     int (*gather_vars)(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
                        size_t nvars);

@@ -591,16 +591,22 @@ int dds_rma_step_exchange(dds_store *s, int kind, const int64_t *in, int64_t *ou
 int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *const *ops, const size_t *nops,
                         size_t nvars)
 {
+    /* The read's lists were laid out by dds_rma_gather_begin before its step. */
+    (void)vars;
+    (void)ops;
+    (void)nops;
+    (void)nvars;
     gx *g;
     int rc = exchange_of(s, "read", &g);
     if (rc)
         return rc;
-    /* After a step that carried the first round's requests, that round is
-     * only finished; else (a store without steps by message) it starts here. */
-    bool first_in = g->have_requests;
-    int setup_rc = first_in ? DDS_OK : read_start(s, g, vars, ops, nops, nvars);
+    /* Rounds follow a step that met (steps_by_message: every gathering
+     * store's steps), which carried the first round's requests. */
+    if (!g->have_requests)
+        return broken(s, dds_err(DDS_ESTATE, "method 0: a gather exchange without the step that carries "
+                                             "its first round"));
     for (int64_t round = 0; rc == DDS_OK && round < s->gather_rounds; round++) {
-        if (!(round == 0 && first_in)) {
+        if (round > 0) {
             prepare_round(s, g);
             int64_t none = 0;
             rc = exchange_requests(s, g, 0, &none, DDS_COLL_READ, exchange_wait);
@@ -608,5 +614,5 @@ int dds_rma_gather_vars(dds_store *s, dds_var *const *vars, const dds_read_op *c
         if (rc == DDS_OK)
             rc = finish_round(s, g);
     }
-    return rc ? rc : setup_rc;
+    return rc;
 }
