@@ -197,6 +197,7 @@ struct dds_store {
     int64_t coll_reads;          /* collective reads (READ steps) made so far */
     uint64_t coll_timeout_ns;    /* DDSTORE_COLLECTIVE_TIMEOUT_S; 0: wait for ever */
     bool broken;                 /* a step timed out: the group's collectives are out of step */
+    _Atomic uint64_t wait_typical_ns; /* running mean of dds_poll_bounded's completed waits */
 
     pthread_rwlock_t vars_lock;  /* guards vars/nvars (readers: lookups; writers: add) */
     dds_var **vars;
