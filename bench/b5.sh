@@ -251,15 +251,16 @@ json.dump({"bench": "B5", "results": rows, "notes": sys.argv[3:]}, open(sys.argv
 os.unlink(sys.argv[1])
 EOF
 
-# 4. The loader across 2 hosts and on 1 host with the same 4 ranks. Each epoch is timed whole:
-# 32768 samples per rank make 128 batches of 256 (16 reads of 8 batches, ThreadDataLoader's
-# default for 520 B samples); with 8192 an epoch was 4 such reads and ~12 ms, and the
-# across-hosts / one-host ratio moved by +-25 % from run to run.
+# 4. The loader across 2 hosts and on 1 host with the same 4 ranks. Each epoch is timed whole
+# (the median of 5): 131072 samples per rank make 512 batches of 256 (35 reads of 15 batches for
+# method 0's collective reads, 64 of 8 for the others) and 0.1-0.3 s. Shorter epochs moved the
+# across-hosts / one-host ratio from run to run: +-25 % with 8192 samples per rank (~12 ms an
+# epoch), +-20 % with 32768 (~50 ms; method 0's ratio 0.40-0.61 in seven runs of the same code).
 # The two layouts cannot share a job, so the machine's drift between their runs goes straight
 # into the ratio (method 2's moved from 0.684 to 0.497 between two runs of the same code): they
 # run twice, alternated, and the report averages the two paired ratios (the second pair's
 # files end in _b; --quick runs one pair).
-per_rank=32768; [ -n "$quick" ] && per_rank=4096
+per_rank=131072; [ -n "$quick" ] && per_rank=4096
 rm -f "$out/b5_loader_2x2_b.json" "$out/b5_loader_1x4_b.json" # a quick run's pair is never averaged with an older one
 for alt in "" ${quick:+skip} _b; do
   [ "$alt" = skip ] && break

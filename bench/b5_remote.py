@@ -327,25 +327,27 @@ def run_loader(args, hs_root):
     torch.set_num_threads(1)
     hosts = COMM.allgather(socket.gethostname())
     d, batch = 128, 256
-    # 32k samples (16 MiB of features): across hosts method 0 pays ~0.5 s per batch on a
-    # loaded machine (osc/ucx over TCP), and every epoch is timed whole.
+    # Without --per-rank: 32k samples in all (16 MiB of features), every epoch timed whole.
     n = (1 << 14) if args.quick else (1 << 15)
     if args.per_rank:  # weak scaling: the same share per rank at every job size
         n = args.per_rank * SIZE
     results, notes = [], []
-    repeats = 2 if args.quick else 3
-    xa = (np.arange(n * d, dtype=np.int64) % 65521).astype(np.float32).reshape(n, d)
-    ya = np.arange(n, dtype=np.int64) % 1000
+    repeats = 2 if args.quick else 5
+
+    # Sample i is x = (i * d + j) % 65521 for j < d, y = i % 1000: computed where needed, so
+    # that no rank holds the whole dataset (8 ranks x 1M samples would not fit).
+    def xrows(idx):
+        return ((np.asarray(idx, np.int64)[:, None] * d + np.arange(d)) % 65521).astype(np.float32)
 
     class Src:
         def __len__(self):
             return n
 
         def read_range(self, a, b):
-            return (xa[a:b], ya[a:b])
+            return (xrows(np.arange(a, b)), np.arange(a, b, dtype=np.int64) % 1000)
 
         def __getitem__(self, i):
-            return torch.from_numpy(xa[i]), int(ya[i])
+            return torch.from_numpy(xrows([i])[0]), i % 1000
 
     for label in [c for c in args.configs if c in LOADER_CONFIGS]:
         method, fabric = CONFIGS[label]
@@ -367,7 +369,7 @@ def run_loader(args, hs_root):
         for x, y in loader:
             idx = want[pos:pos + y.shape[0]]
             pos += y.shape[0]
-            ok &= bool(np.array_equal(x.numpy(), xa[idx]) and np.array_equal(y.numpy(), ya[idx]))
+            ok &= bool(np.array_equal(x.numpy(), xrows(idx)) and np.array_equal(y.numpy(), np.asarray(idx) % 1000))
         C.require_everywhere(ok, f"B5 loader {label}: wrong samples")
         times, cpus, main_cpus = [], [], []
         for r in range(repeats):
