@@ -78,18 +78,25 @@ static int timed_out(dds_store *s, int kind, const char *what)
  * computing; it still drives MPI progress at every poll (its peers' reads
  * and exchanges may need it).
  *
- * Yielding only pays where a wait usually ends within the yield window:
- * where the store's waits are typically longer (a running mean of them,
+ * A wait for the group's other ranks to arrive (a step, an exchange of
+ * requests: `arrival`) lasts as long as the slowest rank is late. Yielding
+ * only pays where such waits usually end within the yield window: where
+ * they typically last longer (a running mean of them,
  * s->wait_typical_ns), the window is mostly spent in full and a thread
- * polling its core keeps the kernel from moving runnable threads there,
- * so such stores sleep at once. Measured, 2 simulated hosts x 2 ranks on 2
- * cores, method 0: get_batch of 256 rows of 64 B (waits of tens of us)
- * ran 2.2x slower when sleeping at once; at 4 KiB (most waits 0.25-1 ms)
- * 0.75-0.78x of method 1 sleeping at once, 0.87-0.97x yielding first;
- * ThreadDataLoader's collective reads (15 batches each, most waits
- * 0.5-4 ms) ran 10 % faster with 10 % less CPU per batch sleeping at
- * once (three alternated pairs of 6 s runs, samples/s per rank 489k /
- * 412k / 506k against 399k / 457k / 458k). */
+ * polling its core keeps the kernel from moving runnable threads there, so
+ * those stores' arrival waits sleep at once. A wait for data to move
+ * (replies, RMA reads) always yields first: MPI moves a large message
+ * only while the ranks poll (Open MPI over TCP), so sleeping there stalls
+ * the transfer itself. Measured, 2 simulated hosts x 2 ranks on 2 cores,
+ * method 0: get_batch of 256 rows of 64 B (waits of tens of us) ran 2.2x
+ * slower with every wait sleeping at once; at 4 KiB (most waits 0.25-1 ms)
+ * 0.75-0.78x of method 1 with every wait sleeping at once, 0.87-0.97x
+ * yielding first; ThreadDataLoader's collective reads (15 batches each,
+ * most waits 0.5-4 ms) ran 10 % faster with 10 % less CPU per batch with
+ * every wait sleeping at once (three alternated pairs of 6 s runs,
+ * samples/s per rank 489k / 412k / 506k against 399k / 457k / 458k), and
+ * 6 % faster with the arrival waits alone sleeping at once (15 s runs,
+ * 422k / 477k / 478k against 436k / 436k / 420k). */
 #define YIELD_NS 1000000u
 
 static void note_wait(dds_store *s, uint64_t waited)
@@ -105,10 +112,11 @@ static void note_wait(dds_store *s, uint64_t waited)
     atomic_store_explicit(&s->wait_typical_ns, m, memory_order_relaxed);
 }
 
-int dds_poll_bounded(dds_store *s, int (*poll)(void *ctx, bool *done), void *ctx, int kind, const char *what)
+static int poll_bounded(dds_store *s, int (*poll)(void *ctx, bool *done), void *ctx, int kind, const char *what,
+                        bool arrival)
 {
     uint64_t t0 = dds_now_ns();
-    bool yield = atomic_load_explicit(&s->wait_typical_ns, memory_order_relaxed) < YIELD_NS;
+    bool yield = !arrival || atomic_load_explicit(&s->wait_typical_ns, memory_order_relaxed) < YIELD_NS;
     long sleep_ns = 8000;
     for (int polls = 0;; polls++) {
         bool done = false;
@@ -116,7 +124,8 @@ int dds_poll_bounded(dds_store *s, int (*poll)(void *ctx, bool *done), void *ctx
         if (rc != DDS_OK)
             return rc;
         if (done) {
-            note_wait(s, dds_now_ns() - t0);
+            if (arrival)
+                note_wait(s, dds_now_ns() - t0);
             return DDS_OK;
         }
         if (polls < 16)
@@ -133,6 +142,11 @@ int dds_poll_bounded(dds_store *s, int (*poll)(void *ctx, bool *done), void *ctx
         if (sleep_ns < 256000)
             sleep_ns *= 2;
     }
+}
+
+int dds_poll_bounded(dds_store *s, int (*poll)(void *ctx, bool *done), void *ctx, int kind, const char *what)
+{
+    return poll_bounded(s, poll, ctx, kind, what, true);
 }
 
 typedef struct request_set {
@@ -154,7 +168,7 @@ static int test_all(void *ctx, bool *done)
 int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const char *what)
 {
     request_set rs = { n, reqs };
-    return dds_poll_bounded(s, test_all, &rs, kind, what);
+    return poll_bounded(s, test_all, &rs, kind, what, false);
 }
 
 /* Every rank's call and read count, in one message: "rank 0 in get_batch/
@@ -263,7 +277,8 @@ int dds_step_val(dds_store *s, int kind, int rc, bool *served, int64_t *val)
         int mrc = MPI_Iallreduce(in, out, DDS_COLL_NKINDS + 2, MPI_INT64_T, MPI_MAX, s->group, &req);
         if (mrc != MPI_SUCCESS)
             return dds_err_mpi(mrc, "MPI_Iallreduce (collective step)");
-        wrc = dds_wait_bounded(s, 1, &req, kind, waits_for);
+        request_set rs = { 1, &req };
+        wrc = poll_bounded(s, test_all, &rs, kind, waits_for, true);
     }
     if (wrc)
         return wrc;

@@ -197,7 +197,7 @@ struct dds_store {
     int64_t coll_reads;          /* collective reads (READ steps) made so far */
     uint64_t coll_timeout_ns;    /* DDSTORE_COLLECTIVE_TIMEOUT_S; 0: wait for ever */
     bool broken;                 /* a step timed out: the group's collectives are out of step */
-    _Atomic uint64_t wait_typical_ns; /* running mean of dds_poll_bounded's completed waits */
+    _Atomic uint64_t wait_typical_ns; /* running mean of completed arrival waits (collective.c) */
 
     pthread_rwlock_t vars_lock;  /* guards vars/nvars (readers: lookups; writers: add) */
     dds_var **vars;
@@ -335,12 +335,15 @@ DDS_HIDDEN int dds_step(dds_store *s, int kind, int rc, bool *served);
  * step succeeds (also on ranks in free() that it serves: *served), else 0.
  * Method-0 gather reads carry their number of exchange rounds in it. */
 DDS_HIDDEN int dds_step_val(dds_store *s, int kind, int rc, bool *served, int64_t *val);
-/* Complete n requests, driving MPI progress, within s->coll_timeout_ns;
- * DDS_ETIMEDOUT (store marked broken) naming `what` was waited for. */
+/* Complete n requests that move data (replies, RMA reads), driving MPI
+ * progress, within s->coll_timeout_ns; DDS_ETIMEDOUT (store marked broken)
+ * naming `what` was waited for. Polls, yields, then sleeps (collective.c). */
 DDS_HIDDEN int dds_wait_bounded(dds_store *s, int n, MPI_Request *reqs, int kind, const char *what);
-/* The wait of dds_wait_bounded around any progress: poll(ctx, &done) drives
- * MPI and says whether the wait is over (an error it returns ends the
- * wait); the same backoff and deadline. */
+/* A wait for the group's other ranks to arrive (a step, an exchange of
+ * requests): poll(ctx, &done) drives MPI and says whether the wait is over
+ * (an error it returns ends the wait); the same deadline as
+ * dds_wait_bounded, and the yielding phase only while the store's arrival
+ * waits typically end within it (s->wait_typical_ns). */
 DDS_HIDDEN int dds_poll_bounded(dds_store *s, int (*poll)(void *ctx, bool *done), void *ctx, int kind,
                                 const char *what);
 /* DDSTORE_COLLECTIVE_TIMEOUT_S parsed into s->coll_timeout_ns (local). */
