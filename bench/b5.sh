@@ -255,7 +255,8 @@ EOF
 # (the median of 5): 131072 samples per rank make 512 batches of 256 (35 reads of 15 batches for
 # method 0's collective reads, 64 of 8 for the others) and 0.1-0.3 s. Shorter epochs moved the
 # across-hosts / one-host ratio from run to run: +-25 % with 8192 samples per rank (~12 ms an
-# epoch), +-20 % with 32768 (~50 ms; method 0's ratio 0.40-0.61 in seven runs of the same code).
+# epoch), +-20 % with 32768 (~50 ms: two alternated pairs of the same method-0 loader gave 0.605
+# and 0.51 minutes apart).
 # The two layouts cannot share a job, so the machine's drift between their runs goes straight
 # into the ratio (method 2's moved from 0.684 to 0.497 between two runs of the same code): they
 # run twice, alternated, and the report averages the two paired ratios (the second pair's
