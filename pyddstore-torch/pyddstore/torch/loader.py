@@ -117,10 +117,8 @@ class _Core:
         self.fast_collate = self.collate_fn is _default_collate
         self.reuse = reuse_buffers
         self.affinity = _affinity_sets(self.n_threads)
-        # The dataset's loader contract (_loader_protocol.LoaderDataset), through Subsets; None
-        # for any other dataset, which is read with __getitems__ / [i] as DataLoader does.
-        self.reader = loader_protocol.find(self.dataset)
-        self.ordered_ds = self.reader.ordered_reads() if self.reader is not None else None
+        self.reader = loader._loader_dataset
+        self.ordered_ds = loader._ordered_ds
         self.seed_drawn = False
         # Reads in one thread in order: collective reads (store.reads_collective), and iterable
         # datasets (one shared iterator).
@@ -610,18 +608,21 @@ class ThreadDataLoader(DataLoader[T_co]):
                 raise ValueError("reuse_buffers=True with a custom collate_fn: the buffers are reused "
                                  "after collate, so collate_fn must copy; pass collate_copies=True if it "
                                  "does, or use the default collate_fn")
+        # The dataset's loader contract (_loader_protocol.LoaderDataset), through Subsets; None
+        # for any other dataset, which is read with __getitems__ / [i] as DataLoader does. And
+        # the dataset whose reads are collective, or None. Looked up once; _Core takes both.
+        self._loader_dataset = loader_protocol.find(dataset)
+        self._ordered_ds = self._loader_dataset.ordered_reads() if self._loader_dataset is not None else None
         # Bytes per sample when batches are read together (reads_together), else None: a
         # map-style dataset that can with this collate_fn, read into fresh buffers (a reused
         # set holds one batch). Sets the default read-ahead here and the group size in _Core.
         self._sample_nbytes_together = None
-        reader = loader_protocol.find(dataset)
         if not reuse_buffers and self._auto_collation and self._dataset_kind == _DatasetKind.Map:
-            self._sample_nbytes_together = loader_protocol.reads_together(reader, self.collate_fn)
+            self._sample_nbytes_together = loader_protocol.reads_together(self._loader_dataset, self.collate_fn)
         self._read_ahead = self.prefetch_factor
         if DataLoader_kwargs.get("prefetch_factor") is None:
-            collective = reader is not None and reader.ordered_reads() is not None
             self._read_ahead = loader_protocol.read_ahead(self._sample_nbytes_together, self.batch_size,
-                                                          collective)
+                                                          self._ordered_ds is not None)
             if self.num_workers > 0:
                 self.prefetch_factor = self._read_ahead
         self._core = _Core(self, bool(reuse_buffers), bool(collate_copies))
